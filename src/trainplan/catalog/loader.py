@@ -1,0 +1,356 @@
+"""Load and validate the catalog data files.
+
+The numbers live in CSV/YAML files under ``catalog/data`` with units in the
+column names and a source and date on every row.  Public catalog data has
+errors (placeholder prices, duplicated rows, memory in MiB, spot prices above
+on-demand); each check below turns such a row into a :class:`CatalogIssue`.
+A row with an issue is reported and left out — never silently used.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import yaml
+
+DATA_DIR = Path(__file__).with_name("data")
+
+# Prices that appear in public catalogs as "unknown" placeholders (SkyPilot's
+# GCP TPU rows use 700.0 for unpriced regions; see docs/catalog.md).
+PLACEHOLDER_PRICES_USD_PER_H = (700.0,)
+MAX_PLAUSIBLE_ACCEL_MEMORY_GIB = 512.0  # larger means the value was given in MiB
+
+
+@dataclass(frozen=True)
+class CatalogIssue:
+    file: str
+    line: int
+    key: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.key}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    id: str
+    vendor: str
+    kind: str  # gpu | tpu
+    memory_gib: float
+    peak_bf16_tflops: float | None
+    peak_fp16_tflops: float | None
+    peak_fp32_tflops: float | None
+    peak_tf32_tflops: float | None
+    mem_bandwidth_gb_s: float
+    source: str
+    as_of: str
+    tdp_w: float | None = None
+
+    def peak_tflops(self, dtype: str) -> float | None:
+        """Dense peak for a compute dtype: 'bf16', 'fp16', 'fp32' (tf32 tensor cores used for fp32 matmuls when present)."""
+        if dtype == "bf16":
+            return self.peak_bf16_tflops
+        if dtype == "fp16":
+            return self.peak_fp16_tflops
+        return self.peak_tf32_tflops or self.peak_fp32_tflops
+
+
+@dataclass(frozen=True)
+class Instance:
+    cloud: str
+    name: str
+    region: str
+    vcpus: int
+    ram_gib: float
+    accelerator: str | None
+    accelerator_count: int
+    interconnect: str
+    intra_node_bw_gb_s: float | None
+    network_gbps: float | None
+    price_usd_per_h: float
+    spot_price_usd_per_h: float | None
+    cpu_model: str
+    source: str
+    as_of: str
+
+    @property
+    def is_cpu_only(self) -> bool:
+        return self.accelerator is None
+
+
+@dataclass(frozen=True)
+class CloudTerms:
+    cloud: str
+    billing_increment_s: float
+    billing_minimum_s: float
+    startup_s: float
+    source: str
+    as_of: str
+
+
+@dataclass(frozen=True)
+class TabularRate:
+    """Work rate of a tabular library on one device class (see estimate/tabular.py for the unit of work)."""
+
+    library: str
+    device: str  # cpu | gpu
+    ns_per_cell: float  # nanoseconds per unit of work, per core (cpu) or per GPU at the reference bandwidth
+    serial_fraction: float  # Amdahl serial fraction over cores (cpu)
+    ref_mem_bandwidth_gb_s: float | None  # gpu: bandwidth of the GPU the rate was measured on
+    source: str
+    as_of: str
+
+
+@dataclass(frozen=True)
+class Catalog:
+    accelerators: dict[str, Accelerator]
+    instances: tuple[Instance, ...]
+    clouds: dict[str, CloudTerms]
+    models: dict[str, dict[str, Any]]
+    assumptions: dict[str, dict[str, Any]]
+    tabular_rates: dict[tuple[str, str], "TabularRate"] = field(default_factory=dict)
+    issues: tuple[CatalogIssue, ...] = field(default=())
+
+    def assumption(self, key: str) -> float:
+        """A documented default (efficiency, overhead) by key; see assumptions.yaml."""
+        return float(self.assumptions[key]["value"])
+
+
+# ----------------------------------------------------------------------------- parsing helpers
+
+
+class _RowError(ValueError):
+    def __init__(self, key: str, message: str):
+        super().__init__(message)
+        self.key = key
+
+
+def _opt_float(row: dict[str, str], key: str) -> float | None:
+    raw = (row.get(key) or "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise _RowError(key, f"not a number: {raw!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise _RowError(key, f"must be a finite number >= 0, got {raw!r}")
+    return value
+
+
+def _req_float(row: dict[str, str], key: str, *, positive: bool = True) -> float:
+    value = _opt_float(row, key)
+    if value is None:
+        raise _RowError(key, "missing")
+    if positive and value <= 0:
+        raise _RowError(key, f"must be > 0, got {value:g}")
+    return value
+
+
+def _req_str(row: dict[str, str], key: str) -> str:
+    raw = (row.get(key) or "").strip()
+    if not raw:
+        raise _RowError(key, "missing")
+    return raw
+
+
+def _read_rows(
+    path: Path,
+    required: Iterable[str],
+    build: Callable[[dict[str, str]], Any],
+    key_of: Callable[[Any], Any],
+) -> tuple[list[Any], list[CatalogIssue]]:
+    """Parse a CSV; each good row through ``build``; duplicates and bad rows become issues."""
+    items: list[Any] = []
+    issues: list[CatalogIssue] = []
+    seen: dict[Any, int] = {}
+    with path.open(newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        missing_cols = [c for c in required if c not in (reader.fieldnames or [])]
+        if missing_cols:
+            return [], [CatalogIssue(path.name, 1, missing_cols[0], "column missing from header")]
+        for i, row in enumerate(reader, start=2):
+            if None in row:  # more cells than header columns
+                issues.append(CatalogIssue(path.name, i, "row", "more cells than columns"))
+                continue
+            try:
+                for col in ("source", "as_of"):
+                    _req_str(row, col)
+                item = build(row)
+            except _RowError as exc:
+                issues.append(CatalogIssue(path.name, i, exc.key, str(exc)))
+                continue
+            key = key_of(item)
+            if key in seen:
+                issues.append(CatalogIssue(path.name, i, "row", f"duplicate of line {seen[key]} ({key})"))
+                continue
+            seen[key] = i
+            items.append(item)
+    return items, issues
+
+
+# ----------------------------------------------------------------------------- builders
+
+
+def _build_accelerator(row: dict[str, str]) -> Accelerator:
+    mem = _req_float(row, "memory_gib")
+    if mem > MAX_PLAUSIBLE_ACCEL_MEMORY_GIB:
+        raise _RowError("memory_gib", f"{mem:g} is implausible for GiB (given in MiB?)")
+    kind = _req_str(row, "kind")
+    if kind not in ("gpu", "tpu"):
+        raise _RowError("kind", f"must be gpu or tpu, got {kind!r}")
+    acc = Accelerator(
+        id=_req_str(row, "accelerator"),
+        vendor=_req_str(row, "vendor"),
+        kind=kind,
+        memory_gib=mem,
+        peak_bf16_tflops=_opt_float(row, "peak_bf16_tflops"),
+        peak_fp16_tflops=_opt_float(row, "peak_fp16_tflops"),
+        peak_fp32_tflops=_opt_float(row, "peak_fp32_tflops"),
+        peak_tf32_tflops=_opt_float(row, "peak_tf32_tflops"),
+        mem_bandwidth_gb_s=_req_float(row, "mem_bandwidth_gb_s"),
+        tdp_w=_opt_float(row, "tdp_w"),
+        source=row["source"].strip(),
+        as_of=row["as_of"].strip(),
+    )
+    if not (acc.peak_bf16_tflops or acc.peak_fp16_tflops or acc.peak_fp32_tflops):
+        raise _RowError("peak_bf16_tflops", "no peak throughput given for any dtype")
+    return acc
+
+
+def _instance_builder(accelerators: dict[str, Accelerator]) -> Callable[[dict[str, str]], Instance]:
+    def build(row: dict[str, str]) -> Instance:
+        cloud = _req_str(row, "cloud")
+        accel = (row.get("accelerator") or "").strip() or None
+        count = int(_opt_float(row, "accelerator_count") or 0)
+        if accel is not None and accel not in accelerators:
+            raise _RowError("accelerator", f"unknown accelerator {accel!r} (not in accelerators.csv)")
+        if accel is None and count:
+            raise _RowError("accelerator", f"accelerator_count is {count} but no accelerator is named")
+        if accel is not None and count < 1:
+            raise _RowError("accelerator_count", f"must be >= 1 for {accel}")
+        price = _opt_float(row, "price_usd_per_h")
+        if price is None:
+            raise _RowError("price_usd_per_h", "missing on-demand price")
+        if price in PLACEHOLDER_PRICES_USD_PER_H:
+            raise _RowError("price_usd_per_h", f"{price:g} is a known placeholder, not a price")
+        if price <= 0 and cloud != "local":
+            raise _RowError("price_usd_per_h", "must be > 0 for a cloud instance")
+        spot = _opt_float(row, "spot_price_usd_per_h")
+        if spot is not None and spot in PLACEHOLDER_PRICES_USD_PER_H:
+            raise _RowError("spot_price_usd_per_h", f"{spot:g} is a known placeholder, not a price")
+        if spot is not None and spot > price:
+            raise _RowError("spot_price_usd_per_h", f"spot {spot:g} above on-demand {price:g}")
+        return Instance(
+            cloud=cloud,
+            name=_req_str(row, "instance"),
+            region=_req_str(row, "region"),
+            vcpus=int(_req_float(row, "vcpus")),
+            ram_gib=_req_float(row, "ram_gib"),
+            accelerator=accel,
+            accelerator_count=count,
+            interconnect=(row.get("interconnect") or "none").strip() or "none",
+            intra_node_bw_gb_s=_opt_float(row, "intra_node_bw_gb_s"),
+            network_gbps=_opt_float(row, "network_gbps"),
+            price_usd_per_h=price,
+            spot_price_usd_per_h=spot,
+            cpu_model=(row.get("cpu_model") or "").strip(),
+            source=row["source"].strip(),
+            as_of=row["as_of"].strip(),
+        )
+
+    return build
+
+
+def _build_cloud(row: dict[str, str]) -> CloudTerms:
+    return CloudTerms(
+        cloud=_req_str(row, "cloud"),
+        billing_increment_s=_opt_float(row, "billing_increment_s") or 0.0,
+        billing_minimum_s=_opt_float(row, "billing_minimum_s") or 0.0,
+        startup_s=_opt_float(row, "startup_s") or 0.0,
+        source=row["source"].strip(),
+        as_of=row["as_of"].strip(),
+    )
+
+
+ACCELERATOR_COLUMNS = (
+    "accelerator", "vendor", "kind", "memory_gib", "peak_bf16_tflops", "peak_fp16_tflops",
+    "peak_fp32_tflops", "peak_tf32_tflops", "mem_bandwidth_gb_s", "source", "as_of",
+)  # fmt: skip
+INSTANCE_COLUMNS = (
+    "cloud", "instance", "region", "vcpus", "ram_gib", "accelerator", "accelerator_count", "interconnect",
+    "intra_node_bw_gb_s", "network_gbps", "price_usd_per_h", "spot_price_usd_per_h", "source", "as_of",
+)  # fmt: skip
+TABULAR_RATE_COLUMNS = ("library", "device", "ns_per_cell", "serial_fraction", "source", "as_of")
+
+
+def _build_rate(row: dict[str, str]) -> TabularRate:
+    device = _req_str(row, "device")
+    if device not in ("cpu", "gpu"):
+        raise _RowError("device", f"must be cpu or gpu, got {device!r}")
+    serial = _opt_float(row, "serial_fraction") or 0.0
+    if serial >= 1:
+        raise _RowError("serial_fraction", f"must be < 1, got {serial:g}")
+    ref_bw = _opt_float(row, "ref_mem_bandwidth_gb_s")
+    if device == "gpu" and not ref_bw:
+        raise _RowError("ref_mem_bandwidth_gb_s", "needed for a gpu rate")
+    return TabularRate(
+        library=_req_str(row, "library"),
+        device=device,
+        ns_per_cell=_req_float(row, "ns_per_cell"),
+        serial_fraction=serial,
+        ref_mem_bandwidth_gb_s=ref_bw,
+        source=row["source"].strip(),
+        as_of=row["as_of"].strip(),
+    )
+
+
+CLOUD_COLUMNS = ("cloud", "billing_increment_s", "billing_minimum_s", "startup_s", "source", "as_of")
+
+
+def _load_yaml(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    with path.open(encoding="utf-8") as fh:
+        return yaml.safe_load(fh) or {}
+
+
+def load_catalog(data_dir: Path | str = DATA_DIR) -> Catalog:
+    """Read every catalog file in ``data_dir``, validating each row."""
+    d = Path(data_dir)
+    accs, issues = _read_rows(d / "accelerators.csv", ACCELERATOR_COLUMNS, _build_accelerator, lambda a: a.id)
+    accelerators = {a.id: a for a in accs}
+    insts, inst_issues = _read_rows(
+        d / "instances.csv", INSTANCE_COLUMNS, _instance_builder(accelerators), lambda i: (i.cloud, i.name)
+    )
+    clouds, cloud_issues = _read_rows(d / "clouds.csv", CLOUD_COLUMNS, _build_cloud, lambda c: c.cloud)
+    issues += inst_issues + cloud_issues
+    cloud_map = {c.cloud: c for c in clouds}
+    for inst in insts:
+        if inst.cloud not in cloud_map:
+            issues.append(CatalogIssue("instances.csv", 0, "cloud", f"{inst.name}: cloud {inst.cloud!r} not in clouds.csv"))
+    rates: list[TabularRate] = []
+    if (d / "tabular_rates.csv").exists():
+        rates, rate_issues = _read_rows(
+            d / "tabular_rates.csv", TABULAR_RATE_COLUMNS, _build_rate, lambda r: (r.library, r.device)
+        )
+        issues += rate_issues
+    models = _load_yaml(d / "models.yaml")
+    assumptions = _load_yaml(d / "assumptions.yaml")
+    for key, entry in assumptions.items():
+        if not isinstance(entry, dict) or "value" not in entry or "source" not in entry:
+            issues.append(CatalogIssue("assumptions.yaml", 0, key, "needs value and source"))
+    return Catalog(
+        accelerators=accelerators,
+        instances=tuple(i for i in insts if i.cloud in cloud_map),
+        clouds=cloud_map,
+        models=models,
+        assumptions=assumptions,
+        tabular_rates={(r.library, r.device): r for r in rates},
+        issues=tuple(issues),
+    )

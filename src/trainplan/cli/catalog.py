@@ -1,0 +1,44 @@
+"""`trainplan catalog [accelerators|instances]`: what the planner chooses from."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from trainplan.catalog import get_catalog
+from trainplan.cli.common import dump_json
+
+
+class What(str, Enum):
+    ALL = "all"
+    ACCELERATORS = "accelerators"
+    INSTANCES = "instances"
+
+
+def catalog_command(
+    what: Annotated[What, typer.Argument(help="accelerators, instances, or all.")] = What.ALL,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """List the built-in catalog, with the source and date of every row."""
+    from dataclasses import asdict
+
+    from trainplan.report.tables import catalog_tables
+
+    cat = get_catalog()
+    if json_out:
+        out: dict[str, object] = {}
+        if what in (What.ALL, What.ACCELERATORS):
+            out["accelerators"] = [asdict(a) for a in cat.accelerators.values()]
+        if what in (What.ALL, What.INSTANCES):
+            out["instances"] = [asdict(i) for i in cat.instances]
+        out["issues"] = [str(i) for i in cat.issues]
+        typer.echo(dump_json(out))
+        return
+    console = Console()
+    for t in catalog_tables(cat, what.value):
+        console.print(t)
+    for issue in cat.issues:
+        console.print(f"[yellow]catalog row left out:[/] {issue}")

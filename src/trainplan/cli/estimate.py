@@ -1,0 +1,68 @@
+"""`trainplan estimate JOB --gpu/--instance/--cpus`: one configuration in detail."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from trainplan.catalog import find_accelerator, find_instance, get_catalog
+from trainplan.cli.common import dump_json, read_job
+from trainplan.errors import SpecError
+from trainplan.estimate.result import Hardware
+from trainplan.planner.calibrated import efficiency_lookup
+from trainplan.planner.candidates import hardware_for_cpus, hardware_for_gpu, hardware_for_instance
+from trainplan.planner.core import fit_hint, make_estimator, rank_key, Objective
+from trainplan.report.tables import estimate_panel
+from trainplan.spec import TabularJob
+from trainplan.strategies import Layout, Strategy, strategies_for
+
+
+def _hardware(gpu: str | None, gpus: int, nodes: int, instance: str | None, cpus: int | None) -> Hardware:
+    given = [name for name, v in (("--gpu", gpu), ("--instance", instance), ("--cpus", cpus)) if v is not None]
+    if len(given) != 1:
+        raise SpecError("give exactly one of --gpu NAME, --instance NAME, --cpus N", field="hardware")
+    catalog = get_catalog()
+    Layout(gpus_per_node=gpus, nodes=nodes)  # validates the degrees
+    if gpu is not None:
+        return hardware_for_gpu(find_accelerator(gpu, catalog), catalog, gpus=gpus, nodes=nodes)
+    if instance is not None:
+        return hardware_for_instance(find_instance(instance, catalog), catalog, nodes=nodes)
+    assert cpus is not None
+    if cpus < 1:
+        raise SpecError(f"must be >= 1, got {cpus}", field="--cpus")
+    return hardware_for_cpus(cpus, catalog)
+
+
+def estimate_command(
+    job_file: Annotated[Optional[Path], typer.Argument(help="Job file (YAML). Default: the built-in LLaMA-7B fine-tune.")] = None,
+    gpu: Annotated[Optional[str], typer.Option(help="Accelerator ID, e.g. A100-80GB (case-insensitive).")] = None,
+    gpus: Annotated[int, typer.Option(help="GPUs per node.")] = 1,
+    nodes: Annotated[int, typer.Option(help="Nodes.")] = 1,
+    instance: Annotated[Optional[str], typer.Option(help="Instance type, e.g. p4de.24xlarge (or cloud:name).")] = None,
+    cpus: Annotated[Optional[int], typer.Option(help="vCPUs of a CPU-only machine.")] = None,
+    strategy: Annotated[Optional[str], typer.Option(help="single, ddp, zero1-3, zero2-offload, zero3-offload, fsdp, fsdp-grad-op. Default: the best that fits.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Memory, time and cost of the job on one configuration."""
+    job = read_job(job_file)
+    hw = _hardware(gpu, gpus, nodes, instance, cpus)
+    catalog = get_catalog()
+    est = make_estimator(job, catalog, efficiency_for=efficiency_lookup(job))
+    if isinstance(job, TabularJob):
+        e = est(hw, None)
+    elif strategy is not None:
+        e = est(hw, Strategy.parse(strategy))
+    else:
+        tried = [est(hw, s) for s in strategies_for(hw.layout.world_size)]
+        fitting = sorted((x for x in tried if x.fits), key=rank_key(Objective.TIME))
+        e = fitting[0] if fitting else min(tried, key=lambda x: x.memory.peak)
+    if not e.fits and e.kind == "transformer" and e.reason and e.reason.startswith("needs"):
+        e = replace(e, hint=fit_hint(job, hw, Strategy(e.strategy), catalog))
+    if json_out:
+        typer.echo(dump_json(e.to_dict()))
+        return
+    Console().print(estimate_panel(e))

@@ -1,0 +1,56 @@
+"""The `trainplan` command: one module per sub-command, errors as one line + exit code 2."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from trainplan.cli.catalog import catalog_command
+from trainplan.cli.estimate import estimate_command
+from trainplan.cli.plan import plan_command
+from trainplan.errors import TrainplanError
+
+app = typer.Typer(
+    name="trainplan",
+    help="Plan a training job: hardware, parallel strategy, memory, time and cost — then run it.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command("plan")(plan_command)
+app.command("estimate")(estimate_command)
+app.command("catalog")(catalog_command)
+
+try:  # `trainplan run` lives in trainplan.run (heavier imports happen inside it)
+    from trainplan.cli.run import run_command
+
+    app.command("run")(run_command)
+except ImportError:  # pragma: no cover - only while the run package is absent
+    pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: user errors print one line to stderr and exit 2, never a traceback."""
+    try:
+        app(args=argv, standalone_mode=False)
+    except TrainplanError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        return exc.exit_code
+    except typer.Exit as exc:
+        return exc.exit_code
+    except typer.Abort:
+        typer.echo("aborted", err=True)
+        return 130
+    except Exception as exc:  # click usage errors
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            return exc.exit_code
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

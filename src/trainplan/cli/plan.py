@@ -1,0 +1,48 @@
+"""`trainplan plan JOB`: every catalog option, ranked and explained."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from trainplan.catalog import get_catalog
+from trainplan.cli.common import dump_json, read_job
+from trainplan.planner.calibrated import efficiency_lookup
+from trainplan.planner.core import Objective, fit_hint, plan_job, require_options
+from trainplan.report.tables import plan_table, rejected_table, tradeoff_text
+from trainplan.strategies import Strategy
+
+
+def plan_command(
+    job_file: Annotated[Optional[Path], typer.Argument(help="Job file (YAML). Default: the built-in LLaMA-7B fine-tune.")] = None,
+    objective: Annotated[Objective, typer.Option(help="Rank by cost or by time.")] = Objective.COST,
+    top: Annotated[int, typer.Option(min=1, help="Rows of options and of rejections to show.")] = 10,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+) -> None:
+    """Estimate every (hardware, strategy) option in the catalog, rank them, explain the rejected."""
+    job = read_job(job_file)
+    catalog = get_catalog()
+    plan = require_options(plan_job(job, catalog, objective=objective, efficiency_for=efficiency_lookup(job)), job)
+    # Hints for the rejections that will be shown (each costs a few re-estimates).
+    shown = tuple(
+        replace(e, hint=fit_hint(job, e.hardware, Strategy(e.strategy), catalog))
+        if e.kind == "transformer" and e.reason and e.reason.startswith("needs")
+        else e
+        for e in plan.rejected[:top]
+    )
+    if json_out:
+        typer.echo(dump_json({
+            "job": job.name,
+            "objective": plan.objective.value,
+            "options": [dict(e.to_dict(), rank=i + 1, pareto=i in plan.pareto) for i, e in enumerate(plan.options)],
+            "rejected": [e.to_dict() for e in shown + plan.rejected[top:]],
+        }))  # fmt: skip
+        return
+    console = Console(width=None if Console().is_terminal else 160)
+    console.print(plan_table(plan, top=top, title=f"{job.name}: {len(plan.options)} options fit, ranked by {plan.objective.value}"))
+    console.print(tradeoff_text(plan))
+    console.print(rejected_table(shown, total=len(plan.rejected)))

@@ -1,0 +1,353 @@
+"""Per-device memory of one training step, one pure function per quantity.
+
+Sources (each function cites the one it uses):
+
+* Model states by ZeRO stage — Rajbhandari et al. 2020, "ZeRO: Memory
+  Optimizations Toward Training Trillion Parameter Models", Sec. 3.1 and 5
+  (mixed-precision Adam: 2Ψ fp16 weights + 2Ψ fp16 gradients + KΨ optimizer,
+  K = 12: fp32 master, momentum, variance).
+* Activations of a transformer layer — Korthikanti et al. 2022, "Reducing
+  Activation Recomputation in Large Transformer Models", Sec. 4.1 (eq. 1:
+  sbh(34 + 5as/h) bytes in fp16 for a GPT block), generalised term by term to
+  gated MLPs, grouped-query attention, fused attention (Dao et al. 2022,
+  "FlashAttention": no s² tensors kept, only the log-sum-exp) and to the
+  fp32 up-cast that Hugging Face's ``LlamaRMSNorm`` performs.
+* Activation checkpointing — Chen et al. 2016, "Training Deep Nets with
+  Sublinear Memory Cost": keep each block's input, recompute one block at a time.
+* PyTorch conventions — autocast caches low-precision copies of fp32 weights
+  for the forward pass (torch.amp docs, "autocast ... caches casted weights");
+  ``torch.optim.AdamW`` keeps its states in the parameter's dtype and its
+  multi-tensor (foreach) step allocates one temporary per state element.
+* 8-bit optimizers — Dettmers et al. 2022, "8-bit Optimizers via Block-wise
+  Quantization": 1 byte per state element.
+
+All results are bytes.  Nothing here knows about hardware prices or ranking.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainplan.spec import Checkpointing, Optimizer, Precision
+from trainplan.strategies import Engine, Strategy, ZeroStage
+
+GIB = 2**30
+
+# DeepSpeed bucket sizes that trainplan writes into the configs it renders (run/),
+# so the estimate matches the launched job.  Elements, not bytes.
+DEEPSPEED_REDUCE_BUCKET_ELEMS = 200_000_000
+DEEPSPEED_ALLGATHER_BUCKET_ELEMS = 200_000_000
+DEEPSPEED_PREFETCH_BUCKET_ELEMS = 50_000_000
+DEEPSPEED_MAX_LIVE_PARAMS = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Bytes per device at the moment of peak, by category."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    overhead: float  # temporaries, buffers, CUDA context, allocator reserve
+    host: float = 0.0  # host RAM per node needed by offload (bytes)
+    phase: str = "forward"  # where the peak falls: "forward" (end of forward/start of backward) or "optimizer"
+
+    @property
+    def peak(self) -> float:
+        return self.weights + self.gradients + self.optimizer + self.activations + self.overhead
+
+
+# ----------------------------------------------------------------------------- model states
+
+
+def optimizer_state_elems_per_param(optimizer: Optimizer, *, adafactor_elems_per_param: float = 0.0) -> float:
+    """State elements kept per trainable parameter.
+
+    AdamW: momentum + variance (Loshchilov & Hutter 2019); SGD with momentum and
+    Lion (Chen et al. 2023): one buffer; Adafactor (Shazeer & Stern 2018): a
+    factored second moment, rows + columns per matrix, no first moment by
+    default — passed in by the caller, who knows the shapes.  adam8bit has two
+    states too; its element size differs (see :func:`optimizer_bytes_per_param`).
+    """
+    return {
+        Optimizer.ADAMW: 2.0,
+        Optimizer.ADAM8BIT: 2.0,
+        Optimizer.SGD: 1.0,
+        Optimizer.LION: 1.0,
+        Optimizer.ADAFACTOR: adafactor_elems_per_param,
+    }[optimizer]
+
+
+def optimizer_bytes_per_param(
+    optimizer: Optimizer, precision: Precision, engine: Engine, *, adafactor_elems_per_param: float = 0.0
+) -> float:
+    """Optimizer bytes per trainable parameter, fp32 master copy included where the engine keeps one.
+
+    DeepSpeed with fp16/bf16 keeps 2-byte working weights and an fp32 master in
+    the optimizer (ZeRO paper K = 12 for Adam); PyTorch AMP and FSDP keep fp32
+    weights, so no separate master.  Pure bf16 keeps states in bf16.
+    """
+    elems = optimizer_state_elems_per_param(optimizer, adafactor_elems_per_param=adafactor_elems_per_param)
+    if optimizer is Optimizer.ADAM8BIT:
+        state = elems * 1.0
+    elif precision is Precision.BF16_PURE:
+        state = elems * 2.0
+    else:
+        state = elems * 4.0
+    master = 4.0 if (engine is Engine.DEEPSPEED and precision.mixed) else 0.0
+    return state + master
+
+
+def weight_bytes_per_param(precision: Precision, engine: Engine) -> float:
+    """Bytes of a trainable weight as held on the device between steps."""
+    if precision is Precision.FP32:
+        return 4.0
+    if precision is Precision.BF16_PURE:
+        return 2.0
+    # mixed precision: DeepSpeed holds fp16/bf16 working weights; torch AMP and FSDP hold fp32.
+    return 2.0 if engine is Engine.DEEPSPEED else 4.0
+
+
+def gradient_bytes_per_param(precision: Precision, engine: Engine) -> float:
+    """Gradients have the dtype of the weights they belong to (PyTorch autograd); FSDP reduces into fp32 shards."""
+    return weight_bytes_per_param(precision, engine)
+
+
+@dataclass(frozen=True)
+class ModelStates:
+    weights: float
+    gradients: float
+    optimizer: float
+    host: float
+
+
+def model_state_bytes(
+    *,
+    trainable_params: float,
+    frozen_bytes: float,
+    precision: Precision,
+    optimizer: Optimizer,
+    strategy: Strategy,
+    world_size: int,
+    adafactor_elems_per_param: float = 0.0,
+) -> ModelStates:
+    """Weights, gradients and optimizer state per device, and host bytes per rank for offload.
+
+    Sharding by ZeRO stage (Rajbhandari et al. 2020, Fig. 1): stage 1 divides
+    the optimizer state by the data-parallel degree N, stage 2 also the
+    gradients, stage 3 also the weights.  Frozen weights (LoRA) carry no
+    gradients or optimizer state and are sharded only at stage 3.
+    Offload (Ren et al. 2021, "ZeRO-Offload"): the optimizer state, its fp32
+    master and the fp32 gradient partition live in host memory; ZeRO-3 offload
+    (Rajbhandari et al. 2021, "ZeRO-Infinity") moves the weights there too.
+    """
+    engine = strategy.engine
+    n = max(1, world_size)
+    w = trainable_params * weight_bytes_per_param(precision, engine) + frozen_bytes
+    g = trainable_params * gradient_bytes_per_param(precision, engine)
+    o = trainable_params * optimizer_bytes_per_param(
+        optimizer, precision, engine, adafactor_elems_per_param=adafactor_elems_per_param
+    )
+    stage = strategy.zero_stage
+    if stage >= ZeroStage.STAGE_1:
+        o /= n
+    if stage >= ZeroStage.STAGE_2:
+        g /= n
+    if stage >= ZeroStage.STAGE_3:
+        w /= n
+    elif engine is Engine.FSDP:
+        # FSDP shards the fp32 parameters at rest in both modes; SHARD_GRAD_OP keeps the
+        # 16-bit unsharded parameters from forward to backward (PyTorch FSDP docs,
+        # ShardingStrategy.SHARD_GRAD_OP / FSDP2 reshard_after_forward=False).
+        w = w / n + trainable_params * (2.0 if precision.mixed else weight_bytes_per_param(precision, engine))
+    host = 0.0
+    if strategy.offloads_optimizer:
+        # fp32 gradient partition is kept on the host for the CPU optimizer step.
+        host += o + trainable_params / n * 4.0
+        o = 0.0
+        g = 0.0
+    if strategy.offloads_parameters:
+        host += w
+        w = 0.0
+    return ModelStates(weights=w, gradients=g, optimizer=o, host=host)
+
+
+# ----------------------------------------------------------------------------- activations
+
+
+def norm_saved_bytes_per_token(hidden: int, norm: str, precision: Precision) -> float:
+    """Bytes a normalisation layer keeps for backward, per token.
+
+    LayerNorm (fused ``aten.native_layer_norm``) keeps its input plus fp32 mean
+    and rstd.  Hugging Face's ``LlamaRMSNorm`` up-casts its input to fp32 and
+    multiplies the down-cast result by the weight, so under mixed precision it
+    keeps a 4-byte and a 2-byte copy of the hidden state.
+    """
+    e = precision.compute_bytes
+    if norm == "rmsnorm" and precision.mixed:
+        return hidden * (4 + e) + 4
+    return hidden * e + 8
+
+
+def layer_activation_bytes(
+    *,
+    seq_len: int,
+    micro_batch: int,
+    hidden: int,
+    heads: int,
+    q_dim: int,
+    kv_dim: int,
+    ffn_hidden: int,
+    mlp: str,
+    norm: str,
+    precision: Precision,
+    flash_attention: bool,
+    dropout: bool = False,
+    checkpointing: Checkpointing = Checkpointing.NONE,
+) -> float:
+    """Activation bytes one transformer block keeps for backward (Korthikanti et al. 2022, eq. 1, term by term).
+
+    Terms per token (e = bytes of the compute dtype):
+    two norms; the QKV input (e·h); Q, K, V (e·(q + 2kv)); the attention
+    output that feeds the output projection (e·q); the MLP input (e·h) and
+    its intermediates: GELU keeps its input and output (2e·f), SwiGLU keeps the
+    gate, SiLU output, up projection and their product (4e·f).  Without a fused
+    kernel, attention keeps the softmax output (e·a·s per token), plus with
+    dropout its mask (a·s) and output (e·a·s); a fused kernel keeps an fp32
+    log-sum-exp per head instead.  Dropout after attention and MLP keeps a
+    1-byte mask each.  For a GPT-3 block in fp16 with dropout this reproduces
+    Korthikanti's 34·sbh + 5·a·s²·b.
+    """
+    e = precision.compute_bytes
+    tokens = seq_len * micro_batch
+    norms = 2 * norm_saved_bytes_per_token(hidden, norm, precision)
+    attn_linear = e * hidden + e * (q_dim + 2 * kv_dim) + e * q_dim
+    if flash_attention:
+        core = 4.0 * heads  # fp32 log-sum-exp per head per token
+    else:
+        core = e * heads * seq_len
+        if dropout:
+            core += heads * seq_len * (1 + e)
+    mlp_bytes = e * hidden + (4 if mlp == "swiglu" else 2) * e * ffn_hidden
+    masks = 2.0 if dropout else 0.0
+    if checkpointing is Checkpointing.SELECTIVE:
+        core = 4.0 * heads if flash_attention else 0.0  # attention core recomputed (Korthikanti Sec. 4.2)
+    return tokens * (norms + attn_linear + core + mlp_bytes + masks)
+
+
+def checkpointed_activation_bytes(
+    *, layers: int, layer_bytes: float, seq_len: int, micro_batch: int, hidden: int, precision: Precision
+) -> float:
+    """Full activation checkpointing: each block's input is kept, one block is recomputed at a time (Chen et al. 2016)."""
+    return layers * seq_len * micro_batch * hidden * precision.compute_bytes + layer_bytes
+
+
+def logits_bytes(*, seq_len: int, micro_batch: int, vocab: int, precision: Precision) -> float:
+    """Output logits and the loss around the start of backward.
+
+    Mixed precision (Hugging Face ``ForCausalLMLoss``): logits in the compute
+    dtype, an fp32 up-cast, and the fp32 log-softmax kept by cross-entropy
+    (2 + 4 + 4 bytes per logit).  fp32: logits, log-softmax and its gradient.
+    """
+    per_logit = 10.0 if precision.compute_bytes == 2 else 12.0
+    return seq_len * micro_batch * vocab * per_logit
+
+
+# ----------------------------------------------------------------------------- temporaries
+
+
+def autocast_weight_copy_bytes(matmul_params: float, precision: Precision, strategy: Strategy, trainable_fp32: bool) -> float:
+    """Low-precision copies of fp32 weights that autocast keeps alive from forward to backward.
+
+    Only PyTorch AMP over fp32 weights (single / DDP, mixed precision) makes
+    them; DeepSpeed and FSDP already hold 16-bit working weights.
+    """
+    if strategy.engine is Engine.TORCH and precision.mixed and trainable_fp32:
+        return 2.0 * matmul_params
+    return 0.0
+
+
+def sharding_buffer_bytes(strategy: Strategy, *, largest_block_params: float, world_size: int) -> float:
+    """Communication buffers and gathered weights of a sharded strategy (16-bit elements).
+
+    DeepSpeed ZeRO-1/2: one reduce bucket and one all-gather bucket (sizes in
+    the config trainplan renders).  ZeRO-3: the prefetch bucket, the live
+    gathered parameters (at most two blocks, capped by
+    ``stage3_max_live_parameters``) and the reduce bucket.  FSDP: the current
+    and the prefetched block unsharded, and one block's unsharded gradients for
+    its reduce-scatter (PyTorch FSDP2 docs, implicit prefetching).
+    """
+    if world_size <= 1 and not strategy.offloads_optimizer:
+        return 0.0
+    if strategy.engine is Engine.DEEPSPEED:
+        if strategy.zero_stage >= ZeroStage.STAGE_3:
+            live = min(DEEPSPEED_MAX_LIVE_PARAMS, 2 * largest_block_params)
+            return 2.0 * (DEEPSPEED_PREFETCH_BUCKET_ELEMS + live + DEEPSPEED_REDUCE_BUCKET_ELEMS)
+        return 2.0 * (DEEPSPEED_REDUCE_BUCKET_ELEMS + DEEPSPEED_ALLGATHER_BUCKET_ELEMS)
+    if strategy.engine is Engine.FSDP:
+        gathered = 2 * largest_block_params if strategy is Strategy.FSDP else 0.0
+        return 2.0 * (gathered + largest_block_params)
+    return 0.0
+
+
+def optimizer_step_temporary_bytes(trainable_local_params: float, optimizer: Optimizer, strategy: Strategy) -> float:
+    """Temporaries of a multi-tensor (foreach) AdamW step: one fp32 buffer per local parameter.
+
+    ``torch.optim.AdamW`` (foreach, the CUDA default) computes the square root
+    of the variance for all parameters at once.  DeepSpeed's fused Adam does not.
+    """
+    if strategy.engine is Engine.DEEPSPEED or strategy.offloads_optimizer:
+        return 0.0
+    if optimizer in (Optimizer.ADAMW, Optimizer.LION):
+        return 4.0 * trainable_local_params
+    return 0.0
+
+
+def framework_overhead_bytes(*, cuda_context_gib: float, comm_buffers_gib: float, world_size: int) -> float:
+    """CUDA context + cuBLAS workspace, plus NCCL buffers when there are peers."""
+    return (cuda_context_gib + (comm_buffers_gib if world_size > 1 else 0.0)) * GIB
+
+
+# ----------------------------------------------------------------------------- the step
+
+
+def step_peak(
+    *,
+    states: ModelStates,
+    activations: float,
+    forward_temporaries: float,
+    optimizer_temporaries: float,
+    fixed_overhead: float,
+    fragmentation: float,
+    grads_live_in_forward: bool,
+) -> MemoryBreakdown:
+    """Peak of one step: the larger of the two moments that can hold it.
+
+    * End of forward / start of backward: weights + optimizer state +
+      activations + forward temporaries (+ gradients when they outlive the
+      step: gradient accumulation, or engines with persistent gradient buffers).
+    * Optimizer step: weights + gradients + optimizer state + its temporaries.
+
+    During backward, gradients are allocated as activations are freed, so the
+    sum of both is never reached; the allocator's reserve is a fraction of the
+    peak (``fragmentation``).
+    """
+    g_fwd = states.gradients if grads_live_in_forward else 0.0
+    fwd = states.weights + states.optimizer + g_fwd + activations + forward_temporaries
+    opt = states.weights + states.optimizer + states.gradients + optimizer_temporaries
+    if fwd >= opt:
+        phase, grads, acts, temps = "forward", g_fwd, activations, forward_temporaries
+    else:
+        phase, grads, acts, temps = "optimizer", states.gradients, 0.0, optimizer_temporaries
+    top = max(fwd, opt)
+    overhead = temps + fixed_overhead + fragmentation * top
+    return MemoryBreakdown(
+        weights=states.weights,
+        gradients=grads,
+        optimizer=states.optimizer,
+        activations=acts,
+        overhead=overhead,
+        host=states.host,
+        phase=phase,
+    )

@@ -1,0 +1,198 @@
+"""Time and memory of classical ML training (GBDT, random forest, linear models).
+
+Units of work ("cells"), one pure function each:
+
+* Histogram GBDT (XGBoost ``hist``, LightGBM, scikit-learn HistGradientBoosting):
+  building the gradient histograms dominates (Chen & Guestrin 2016, "XGBoost",
+  Sec. 4.1; Ke et al. 2017, "LightGBM", Sec. 2).  Each tree visits every
+  (row, feature) once at the root; below it only the smaller child of each
+  split is built and its sibling is obtained by subtraction, so each further
+  level visits about half the rows: cells per tree = rows · features ·
+  (1 + (depth − 1)/2).  Multiclass objectives grow one tree per class per round.
+* Random forest (scikit-learn, Breiman 2001): each split sorts the node's
+  samples on ``max_features`` = √features candidates: cells per tree = rows ·
+  √features · depth · log2(rows).
+* Linear models (L-BFGS logistic regression): two passes over the data per
+  iteration (loss and gradient): cells = 2 · rows · features · iterations.
+
+Time = cells × (ns per cell per core) / cores_eff, where the per-core rates
+and serial fractions are data (``tabular_rates.csv``, each row with its
+source) and cores_eff follows Amdahl's law over physical cores (vCPUs / 2 on
+x86 cloud instances: the second hyper-thread adds little to these
+memory-bound loops — LightGBM docs, "Parameters: num_threads").
+GPU rates are scaled by memory bandwidth relative to the GPU they were measured
+on (histogram building is bandwidth-bound: Mitchell & Frank 2017,
+"Accelerating the XGBoost algorithm using GPU computing", Sec. 4).
+"""
+
+from __future__ import annotations
+
+import math
+
+from trainplan.catalog import Catalog
+from trainplan.catalog.loader import TabularRate
+from trainplan.errors import CatalogError
+from trainplan.estimate.memory import GIB, MemoryBreakdown
+from trainplan.estimate.result import Estimate, Hardware, billed_seconds
+from trainplan.spec import TabularJob, TabularLibrary
+
+GBDT = (TabularLibrary.XGBOOST, TabularLibrary.LIGHTGBM, TabularLibrary.SKLEARN_HGB)
+GPU_LIBRARIES = (TabularLibrary.XGBOOST, TabularLibrary.LIGHTGBM)
+
+
+def gbdt_cells(*, rows: int, features: int, depth: int, trees: int, classes: int = 1) -> float:
+    """Histogram cells visited by ``trees`` boosting rounds (subtraction trick below the root)."""
+    per_tree = rows * features * (1 + (depth - 1) / 2)
+    return per_tree * trees * classes
+
+
+def forest_cells(*, rows: int, features: int, depth: int, trees: int) -> float:
+    """Sort-based split search on √features candidates per level."""
+    mtry = max(1, round(math.sqrt(features)))
+    levels = min(depth, max(1, math.ceil(math.log2(rows))))
+    return trees * rows * mtry * levels * math.log2(max(2, rows))
+
+
+def linear_cells(*, rows: int, features: int, iterations: int) -> float:
+    """Two data passes per L-BFGS iteration."""
+    return 2.0 * rows * features * iterations
+
+
+def amdahl_speedup(cores: float, serial_fraction: float) -> float:
+    """Amdahl's law: 1 / (s + (1 − s)/p)."""
+    return 1.0 / (serial_fraction + (1.0 - serial_fraction) / max(1.0, cores))
+
+
+def physical_cores(vcpus: int, *, cloud: str) -> float:
+    """Physical cores behind ``vcpus``: half on x86 cloud instances (2 threads per core); all on a workstation."""
+    return vcpus if cloud == "local" else max(1, vcpus // 2)
+
+
+def effective_depth(job: TabularJob) -> int:
+    if job.library is TabularLibrary.SKLEARN_RF and job.max_depth is None:
+        return max(1, math.ceil(math.log2(job.rows)))  # grown until pure leaves
+    return job.depth
+
+
+def work_cells(job: TabularJob) -> float:
+    """Units of work of one model fit (one fold)."""
+    classes = job.classes if job.objective == "multiclass" else 1
+    if job.library in GBDT:
+        return gbdt_cells(rows=job.rows, features=job.features, depth=effective_depth(job), trees=job.trees, classes=classes)
+    if job.library is TabularLibrary.SKLEARN_RF:
+        return forest_cells(rows=job.rows, features=job.features, depth=effective_depth(job), trees=job.trees)
+    return linear_cells(rows=job.rows, features=job.features, iterations=job.iterations) * classes
+
+
+def host_memory_bytes(job: TabularJob, parallel_fits: int) -> MemoryBreakdown:
+    """RAM of a tabular fit: the data (float32), per-fit binned copy (1 byte/cell with ≤ 256 bins),
+    gradient pairs and predictions, histograms per thread, and the trees (RF)."""
+    cells = job.rows * job.features
+    raw = 4.0 * cells  # float32 matrix
+    bin_bytes = 1 if job.max_bins <= 256 else 2
+    classes = job.classes if job.objective == "multiclass" else 1
+    per_fit = 0.0
+    trees = 0.0
+    if job.library in GBDT:
+        per_fit = bin_bytes * cells + job.rows * classes * (8 + 4) + 2 ** min(effective_depth(job), 12) * job.features * job.max_bins * 16
+    elif job.library is TabularLibrary.SKLEARN_RF:
+        # bootstrap sample indices + per-tree node arrays (~ 2 nodes per leaf sample at full depth, 64 B per node)
+        per_fit = 8.0 * job.rows
+        leaves = min(2 ** effective_depth(job), job.rows)
+        trees = job.trees * 2 * leaves * 64.0
+    else:
+        per_fit = 8.0 * job.rows * classes + 8.0 * job.features * classes * 20  # lbfgs history
+    base = 0.3 * GIB  # Python + library
+    return MemoryBreakdown(
+        weights=trees,
+        gradients=0.0,
+        optimizer=0.0,
+        activations=raw + parallel_fits * per_fit,
+        overhead=base,
+        phase="fit",
+    )
+
+
+def _rate(catalog: Catalog, library: TabularLibrary, device: str) -> TabularRate:
+    try:
+        return catalog.tabular_rates[(library.value, device)]
+    except KeyError:
+        raise CatalogError(f"no {device} rate for {library.value} in tabular_rates.csv") from None
+
+
+def tabular_reason(job: TabularJob, hw: Hardware) -> str | None:
+    """Why a tabular job should not run on ``hw`` (one machine: a CPU instance or one GPU)."""
+    if hw.layout.nodes > 1:
+        return "a tabular job runs on one machine here; several nodes only add start-up and cost"
+    if hw.accelerator is not None:
+        if hw.layout.gpus_per_node > 1:
+            return (
+                f"{job.library.value} trains one model per GPU; {hw.layout.gpus_per_node - 1} of "
+                f"{hw.layout.gpus_per_node} GPUs would idle — use a 1-GPU instance"
+            )
+        if job.library not in GPU_LIBRARIES:
+            return f"{job.library.value} has no GPU implementation; use a CPU instance"
+        if hw.accelerator.kind == "tpu":
+            return "no GBDT library trains on TPUs"
+    return None
+
+
+def estimate_tabular(job: TabularJob, hw: Hardware, catalog: Catalog, *, ns_per_cell: float | None = None) -> Estimate:
+    """Time, memory and cost of ``job`` on ``hw``; ``ns_per_cell`` overrides the rate (a calibration)."""
+    reason = tabular_reason(job, hw)
+    cells = work_cells(job)
+    folds = job.cv_folds
+    cores = physical_cores(hw.vcpus_per_node, cloud=hw.cloud)
+    calibrated = ns_per_cell is not None
+    notes: list[str] = []
+    if hw.accelerator is not None and reason is None:
+        rate = _rate(catalog, job.library, "gpu")
+        ns = ns_per_cell if ns_per_cell is not None else rate.ns_per_cell * (rate.ref_mem_bandwidth_gb_s or 1) / hw.accelerator.mem_bandwidth_gb_s
+        fit_s = cells * ns * 1e-9
+        train_s = folds * fit_s  # folds run one after another on the one GPU
+        parallel_fits = 1
+        strategy = "gpu"
+        notes.append(f"{job.library.value} on {hw.accelerator.id}: rate scaled by memory bandwidth from {rate.source}")
+    else:
+        rate = _rate(catalog, job.library, "cpu")
+        ns = ns_per_cell if ns_per_cell is not None else rate.ns_per_cell
+        parallel_fits = max(1, min(folds, int(cores)))
+        cores_per_fit = cores / parallel_fits
+        fit_s = cells * ns * 1e-9 / amdahl_speedup(cores_per_fit, rate.serial_fraction)
+        train_s = math.ceil(folds / parallel_fits) * fit_s
+        strategy = "cpu"
+        if parallel_fits > 1:
+            notes.append(f"{parallel_fits} folds in parallel, {cores_per_fit:.0f} cores each")
+    mem = host_memory_bytes(job, parallel_fits)
+    capacity = hw.ram_gib_per_node
+    if hw.accelerator is not None:
+        # GPU memory: binned matrix (ELLPACK, ~1 byte/cell) + gradient pairs + histograms.
+        gpu_bytes = job.rows * job.features * 1.0 + job.rows * 16.0 + 0.5 * GIB
+        if reason is None and gpu_bytes > hw.accelerator.memory_gib * GIB:
+            reason = f"binned data needs {gpu_bytes / GIB:.1f} GiB > {hw.accelerator.memory_gib:.0f} GiB GPU memory"
+    if reason is None and mem.peak > capacity * GIB * catalog.assumption("host_ram_usable_fraction"):
+        reason = f"needs {mem.peak / GIB:.1f} GiB RAM > {capacity:.0f} GiB on {hw.label}"
+    startup = hw.terms.startup_s if hw.terms else 0.0
+    billed = billed_seconds(train_s + startup, hw.terms)
+    cost = billed / 3600.0 * hw.price_usd_per_h_per_node * hw.layout.nodes
+    samples = job.rows * folds  # rows fitted, all folds
+    return Estimate(
+        kind="tabular",
+        strategy=strategy,
+        hardware=hw,
+        fits=reason is None,
+        reason=reason,
+        memory=mem,
+        capacity_gib=capacity,
+        step_time_s=fit_s / max(1, job.trees),
+        steps=job.trees * folds,
+        train_s=train_s,
+        startup_s=startup,
+        cost_usd=cost,
+        throughput=samples / train_s if train_s > 0 else 0.0,
+        throughput_unit="samples_per_s",
+        mfu=None,
+        time_breakdown={"fit_s": fit_s, "folds": float(folds), "parallel_fits": float(parallel_fits)},
+        calibrated=calibrated,
+        notes=tuple(notes),
+    )

@@ -1,0 +1,169 @@
+"""Render plans and estimates as rich tables (terminal) — no computation here."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from trainplan.catalog import Catalog
+from trainplan.estimate.memory import GIB
+from trainplan.estimate.result import Estimate
+from trainplan.planner.core import Plan
+
+
+def _hours(h: float) -> str:
+    if h == float("inf"):
+        return "∞"
+    return f"{h * 60:.0f} min" if h < 1 else f"{h:,.1f} h"
+
+
+def _money(x: float) -> str:
+    return "∞" if x == float("inf") else f"${x:,.2f}" if x < 100 else f"${x:,.0f}"
+
+
+def _step(s: float) -> str:
+    return "∞" if s == float("inf") else f"{s * 1000:.0f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def _devices(e: Estimate) -> str:
+    hw = e.hardware
+    if hw.accelerator is None:
+        return f"{hw.vcpus_per_node} vCPU"
+    n = hw.layout.world_size
+    return f"{n}×{hw.accelerator.id}"
+
+
+def plan_table(plan: Plan, *, top: int, title: str) -> Table:
+    """Ranked options with memory split, time and cost, and the cheapest/fastest/Pareto marks."""
+    t = Table(title=title, title_justify="left", header_style="bold")
+    for col, just in (
+        ("#", "right"), ("option", "left"), ("devices", "left"), ("strategy", "left"), ("GiB/dev", "right"),
+        ("w/g/o/a/ovh GiB", "right"), ("step", "right"), ("time", "right"), ("cost", "right"), ("", "left"),
+    ):  # fmt: skip
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    cheapest, fastest = plan.cheapest, plan.fastest
+    for i, e in enumerate(plan.options[:top]):
+        m = e.memory
+        marks = []
+        if e is cheapest:
+            marks.append("cheapest")
+        if e is fastest:
+            marks.append("fastest")
+        if i in plan.pareto:
+            marks.append("pareto")
+        if e.calibrated:
+            marks.append("measured")
+        split = "/".join(f"{x / GIB:.1f}" for x in (m.weights, m.gradients, m.optimizer, m.activations, m.overhead))
+        t.add_row(
+            str(i + 1),
+            e.hardware.label,
+            _devices(e),
+            e.strategy,
+            f"{m.peak / GIB:.1f}/{e.capacity_gib:.0f}",
+            split,
+            _step(e.step_time_s),
+            _hours(e.hours),
+            _money(e.cost_usd),
+            " ".join(marks),
+        )
+    return t
+
+
+def rejected_table(rejected: Sequence[Estimate], *, total: int) -> Table:
+    t = Table(
+        title=f"Rejected: {total} options (those on the best hardware first, then the closest to fitting)",
+        title_justify="left",
+        header_style="bold",
+    )
+    t.add_column("option")
+    t.add_column("strategy")
+    t.add_column("why", overflow="fold")
+    for e in rejected:
+        why = e.reason or ""
+        if e.hint:
+            why += f" → {e.hint}"
+        t.add_row(e.hardware.label, e.strategy, why)
+    return t
+
+
+def tradeoff_text(plan: Plan) -> Text:
+    """One line per Pareto-front option: the time/cost trade-off."""
+    seen: set[tuple[float, float]] = set()
+    front = []
+    for e in sorted((plan.options[i] for i in plan.pareto), key=lambda e: (e.hours, e.cost_usd)):
+        key = (round(e.hours, 3), round(e.cost_usd, 2))
+        if key not in seen:  # equal time and cost: show the first (best-ranked) only
+            seen.add(key)
+            front.append(e)
+    lines = Text("Time/cost front: ", style="bold")
+    lines.append("  →  ".join(f"{_hours(e.hours)} for {_money(e.cost_usd)} ({e.hardware.label} {e.strategy})" for e in front))
+    return lines
+
+
+def estimate_panel(e: Estimate) -> Group:
+    """One option in detail."""
+    m = e.memory
+    t = Table(show_header=False, box=None)
+    t.add_column(style="bold")
+    t.add_column()
+    verdict = "[green]fits[/]" if e.fits else f"[red]does not fit[/]: {e.reason}"
+    t.add_row("verdict", verdict)
+    if e.hint:
+        t.add_row("to fit", e.hint)
+    t.add_row("hardware", f"{e.hardware.label} ({_devices(e)}), {e.hardware.price_note}")
+    t.add_row("strategy", e.strategy)
+    if e.params is not None:
+        t.add_row("parameters", f"{e.params:,} ({e.trainable_params:,} trainable)")
+    unit = "GPU" if e.hardware.accelerator else "machine"
+    t.add_row(f"memory per {unit}", f"{m.peak / GIB:.2f} GiB of {e.capacity_gib:.1f} GiB (peak at {m.phase})")
+    for name, val in (
+        ("  weights", m.weights), ("  gradients", m.gradients), ("  optimizer", m.optimizer),
+        ("  activations", m.activations), ("  overhead", m.overhead),
+    ):  # fmt: skip
+        t.add_row(name, f"{val / GIB:.2f} GiB")
+    if m.host:
+        t.add_row("host RAM (offload)", f"{m.host / GIB:.1f} GiB per node")
+    if e.flops_per_step:
+        t.add_row("FLOPs per step", f"{e.flops_per_step:.3e} per device")
+    t.add_row("step time", _step(e.step_time_s) + "  " + ", ".join(f"{k} {v:.3g}" for k, v in e.time_breakdown.items()))
+    t.add_row("steps", f"{e.steps:,}")
+    unit_tp = "tokens/s" if e.throughput_unit == "tokens_per_s" else "rows/s"
+    t.add_row("throughput", f"{e.throughput:,.0f} {unit_tp}")
+    if e.mfu is not None:
+        t.add_row("MFU", f"{e.mfu:.1%}")
+    t.add_row("training time", _hours(e.train_s / 3600) + f" (+ {e.startup_s:.0f} s start-up)")
+    t.add_row("cost", _money(e.cost_usd))
+    for note in e.notes:
+        t.add_row("note", note)
+    return Group(t)
+
+
+def catalog_tables(catalog: Catalog, what: str) -> list[Table]:
+    out = []
+    if what in ("all", "accelerators"):
+        t = Table(title="Accelerators", title_justify="left", header_style="bold")
+        for c in ("id", "memory GiB", "bf16 TFLOPs", "fp16 TFLOPs", "fp32 TFLOPs", "HBM GB/s", "as of"):
+            t.add_column(c)
+        for a in catalog.accelerators.values():
+            f = lambda v: "-" if v is None else f"{v:g}"  # noqa: E731
+            t.add_row(a.id, f"{a.memory_gib:g}", f(a.peak_bf16_tflops), f(a.peak_fp16_tflops), f(a.peak_fp32_tflops), f"{a.mem_bandwidth_gb_s:g}", a.as_of)
+        out.append(t)
+    if what in ("all", "instances"):
+        t = Table(title="Instances", title_justify="left", header_style="bold")
+        for c in ("cloud", "instance", "region", "vCPU", "RAM GiB", "accelerators", "link", "$/h", "spot $/h"):
+            t.add_column(c)
+        for i in catalog.instances:
+            acc = f"{i.accelerator_count}×{i.accelerator}" if i.accelerator else "-"
+            link = f"{i.interconnect} {i.intra_node_bw_gb_s:g} GB/s" if i.intra_node_bw_gb_s else i.interconnect
+            spot = "-" if i.spot_price_usd_per_h is None else f"{i.spot_price_usd_per_h:.3f}"
+            t.add_row(i.cloud, i.name, i.region, str(i.vcpus), f"{i.ram_gib:g}", acc, link, f"{i.price_usd_per_h:.3f}", spot)
+        out.append(t)
+    return out
+
+
+def print_all(console: Console, *renderables: object) -> None:
+    for r in renderables:
+        console.print(r)

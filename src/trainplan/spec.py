@@ -1,0 +1,471 @@
+"""The job specification: what the user wants to train.
+
+A job file (YAML) is parsed and validated once, here, at the edge.  Everything
+downstream receives a frozen, typed :class:`Job` (one of
+:class:`TransformerJob`, :class:`TabularJob`, :class:`TorchJob`).  Every
+rejection is a :class:`~trainplan.errors.SpecError` whose message names the
+field and what is allowed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from trainplan.errors import SpecError
+
+# --------------------------------------------------------------------------- enums
+
+
+class JobKind(str, Enum):
+    TRANSFORMER = "transformer"
+    TABULAR = "tabular"
+    TORCH = "torch"
+
+
+class Task(str, Enum):
+    PRETRAIN = "pretrain"
+    FINETUNE = "finetune"
+
+
+class Method(str, Enum):
+    FULL = "full"
+    LORA = "lora"
+    QLORA = "qlora"
+
+
+class Precision(str, Enum):
+    FP32 = "fp32"
+    FP16 = "fp16"  # mixed: fp32 master weights, fp16 compute
+    BF16 = "bf16"  # mixed: fp32 master weights, bf16 compute
+    BF16_PURE = "bf16-pure"  # weights, gradients and optimizer state in bf16
+
+    @property
+    def compute_bytes(self) -> int:
+        """Bytes per element of activations and compute-dtype weights."""
+        return 4 if self is Precision.FP32 else 2
+
+    @property
+    def mixed(self) -> bool:
+        return self in (Precision.FP16, Precision.BF16)
+
+    @property
+    def half(self) -> str | None:
+        """The 16-bit format the tensor cores must support, if any."""
+        return {Precision.FP16: "fp16", Precision.BF16: "bf16", Precision.BF16_PURE: "bf16"}.get(self)
+
+
+class Optimizer(str, Enum):
+    ADAMW = "adamw"
+    ADAM8BIT = "adam8bit"
+    SGD = "sgd"
+    ADAFACTOR = "adafactor"
+    LION = "lion"
+
+
+class Checkpointing(str, Enum):
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+
+class FlashAttention(str, Enum):
+    AUTO = "auto"
+    TRUE = "true"
+    FALSE = "false"
+
+
+class TabularLibrary(str, Enum):
+    XGBOOST = "xgboost"
+    LIGHTGBM = "lightgbm"
+    SKLEARN_HGB = "sklearn-hgb"
+    SKLEARN_RF = "sklearn-rf"
+    SKLEARN_LINEAR = "sklearn-linear"
+
+
+class Cloud(str, Enum):
+    AWS = "aws"
+    GCP = "gcp"
+    AZURE = "azure"
+    LOCAL = "local"
+
+
+# --------------------------------------------------------------------------- parts
+
+_STRICT = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
+
+PositiveInt = Annotated[int, Field(gt=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+
+
+class ModelArch(BaseModel):
+    """A transformer architecture, given inline or read from a preset."""
+
+    model_config = _STRICT
+
+    arch: Literal["decoder", "encoder", "encoder-decoder"] = "decoder"
+    layers: PositiveInt
+    decoder_layers: PositiveInt | None = None  # encoder-decoder only; default = layers
+    hidden: PositiveInt
+    heads: PositiveInt
+    kv_heads: PositiveInt | None = None  # default = heads (no GQA)
+    head_dim: PositiveInt | None = None  # default = hidden / heads
+    ffn_hidden: PositiveInt
+    mlp: Literal["swiglu", "gelu"] = "swiglu"
+    vocab: PositiveInt
+    tied_embeddings: bool = False
+    position: Literal["rope", "learned", "alibi", "relative"] = "rope"
+    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    bias: bool = False
+    max_seq_len: PositiveInt | None = None
+    extra_embedding_params: Annotated[int, Field(ge=0)] = 0
+    params: PositiveInt | None = None  # published count, used as a check
+    name: str | None = None
+
+    @model_validator(mode="after")
+    def _check_heads(self) -> "ModelArch":
+        kv = self.kv_heads or self.heads
+        if self.heads % kv:
+            raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({kv})")
+        if self.head_dim is None and self.hidden % self.heads:
+            raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads}) or head_dim given")
+        return self
+
+
+class LoraSpec(BaseModel):
+    model_config = _STRICT
+    rank: PositiveInt = 8
+    alpha: PositiveFloat | None = None
+    targets: tuple[str, ...] = ("q_proj", "v_proj")
+
+    @field_validator("targets")
+    @classmethod
+    def _known_targets(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        allowed = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "all-linear"}
+        bad = [t for t in v if t not in allowed]
+        if bad:
+            raise ValueError(f"unknown target {bad[0]!r}; allowed: {', '.join(sorted(allowed))}")
+        if not v:
+            raise ValueError("at least one target is needed")
+        return v
+
+
+class DatasetSize(BaseModel):
+    model_config = _STRICT
+    examples: PositiveInt
+    tokens_per_example: PositiveFloat | None = None
+
+
+class Constraints(BaseModel):
+    model_config = _STRICT
+    deadline_hours: PositiveFloat | None = None
+    budget_usd: PositiveFloat | None = None
+    clouds: tuple[Cloud, ...] = (Cloud.AWS, Cloud.GCP, Cloud.AZURE, Cloud.LOCAL)
+    max_gpus: PositiveInt = 64
+    spot: bool = False
+
+    @field_validator("clouds")
+    @classmethod
+    def _non_empty(cls, v: tuple[Cloud, ...]) -> tuple[Cloud, ...]:
+        if not v:
+            raise ValueError("at least one cloud is needed (aws, gcp, azure, local)")
+        return v
+
+
+class InputSpec(BaseModel):
+    """One model input of a ``kind: torch`` job: per-sample shape and dtype."""
+
+    model_config = _STRICT
+    shape: tuple[PositiveInt, ...]
+    dtype: Literal["float32", "float16", "bfloat16", "int64", "int32", "bool"] = "float32"
+    high: PositiveInt | None = None  # exclusive upper bound for integer inputs (e.g. vocab size)
+
+
+class _JobBase(BaseModel):
+    model_config = _STRICT
+    name: str = "job"
+    constraints: Constraints = Constraints()
+    seed: int = 0
+    data: str | None = None  # path, "synthetic", or "sklearn:<name>" (used by `trainplan run`)
+
+
+class _NeuralJob(_JobBase):
+    micro_batch: PositiveInt
+    global_batch: PositiveInt | None = None
+    precision: Precision = Precision.BF16
+    optimizer: Optimizer = Optimizer.ADAMW
+    activation_checkpointing: Checkpointing = Checkpointing.NONE
+    steps: PositiveInt | None = None
+    learning_rate: PositiveFloat = 1e-4
+
+    @field_validator("activation_checkpointing", mode="before")
+    @classmethod
+    def _yaml_bools(cls, v: Any) -> Any:
+        # YAML reads `none`/`true`/`false` loosely; accept booleans for checkpointing.
+        if v is True:
+            return "full"
+        if v is False or v is None:
+            return "none"
+        return v
+
+    @model_validator(mode="after")
+    def _batch_divides(self) -> "_NeuralJob":
+        if self.global_batch is not None and self.global_batch % self.micro_batch:
+            raise ValueError(
+                f"global_batch ({self.global_batch}) must be a multiple of micro_batch ({self.micro_batch})"
+            )
+        return self
+
+
+class TransformerJob(_NeuralJob):
+    kind: Literal[JobKind.TRANSFORMER] = JobKind.TRANSFORMER
+    model: str | ModelArch
+    task: Task = Task.FINETUNE
+    method: Method = Method.FULL
+    lora: LoraSpec | None = None
+    seq_len: PositiveInt
+    flash_attention: FlashAttention = FlashAttention.AUTO
+    tokens: PositiveFloat | None = None
+    epochs: PositiveFloat | None = None
+    dataset: DatasetSize | None = None
+
+    @field_validator("flash_attention", mode="before")
+    @classmethod
+    def _flash_bool(cls, v: Any) -> Any:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        return v
+
+    @model_validator(mode="after")
+    def _length_and_lora(self) -> "TransformerJob":
+        given = [k for k in ("tokens", "steps", "epochs") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "give exactly one of tokens, steps, or epochs (with dataset); "
+                + (f"got {', '.join(given)}" if given else "got none")
+            )
+        if self.epochs is not None and self.dataset is None:
+            raise ValueError("epochs needs dataset: {examples, tokens_per_example}")
+        if self.method is Method.FULL and self.lora is not None:
+            raise ValueError("lora settings given but method is full; set method: lora or qlora")
+        return self
+
+    @property
+    def lora_spec(self) -> LoraSpec | None:
+        if self.method is Method.FULL:
+            return None
+        return self.lora or LoraSpec()
+
+    def total_tokens(self, global_batch: int) -> float:
+        """Training tokens for the whole job, given the effective global batch."""
+        if self.tokens is not None:
+            return float(self.tokens)
+        if self.steps is not None:
+            return float(self.steps * global_batch * self.seq_len)
+        assert self.epochs is not None and self.dataset is not None
+        per_example = self.dataset.tokens_per_example or self.seq_len
+        return float(self.epochs * self.dataset.examples * min(per_example, self.seq_len))
+
+    def total_steps(self, global_batch: int) -> int:
+        """Optimizer steps for the whole job."""
+        if self.steps is not None:
+            return self.steps
+        return max(1, math.ceil(self.total_tokens(global_batch) / (global_batch * self.seq_len)))
+
+
+class TabularJob(_JobBase):
+    kind: Literal[JobKind.TABULAR] = JobKind.TABULAR
+    library: TabularLibrary
+    rows: PositiveInt
+    features: PositiveInt
+    trees: PositiveInt = 100
+    max_depth: PositiveInt | None = None
+    num_leaves: PositiveInt | None = None
+    max_bins: Annotated[int, Field(ge=2, le=65536)] = 256
+    cv_folds: PositiveInt = 1
+    learning_rate: PositiveFloat = 0.1
+    objective: Literal["binary", "multiclass", "regression"] = "binary"
+    classes: Annotated[int, Field(ge=2)] = 2
+    target: str | None = None
+    iterations: PositiveInt = 100  # sklearn-linear solver iterations
+
+    @model_validator(mode="after")
+    def _depth(self) -> "TabularJob":
+        if self.max_depth is not None and self.max_depth > 64:
+            raise ValueError(f"max_depth ({self.max_depth}) must be at most 64")
+        return self
+
+    @property
+    def depth(self) -> int:
+        """Effective tree depth: max_depth, else log2(num_leaves), else the library default."""
+        if self.max_depth is not None:
+            return self.max_depth
+        if self.num_leaves is not None:
+            return max(1, math.ceil(math.log2(self.num_leaves)))
+        return {TabularLibrary.XGBOOST: 6, TabularLibrary.LIGHTGBM: 5}.get(self.library, 8)
+
+
+class TorchJob(_NeuralJob):
+    kind: Literal[JobKind.TORCH] = JobKind.TORCH
+    model: str  # "pkg.module:factory"
+    model_args: dict[str, Any] = {}
+    inputs: tuple[InputSpec, ...]
+    loss: str = "mean"
+    samples: PositiveInt | None = None  # samples per epoch, for `epochs`
+    epochs: PositiveFloat | None = None
+
+    @field_validator("model")
+    @classmethod
+    def _import_path(cls, v: str) -> str:
+        if ":" not in v or not all(v.split(":", 1)):
+            raise ValueError(f"must be an import path 'package.module:factory', got {v!r}")
+        return v
+
+    @field_validator("inputs")
+    @classmethod
+    def _non_empty(cls, v: tuple[InputSpec, ...]) -> tuple[InputSpec, ...]:
+        if not v:
+            raise ValueError("at least one input is needed")
+        return v
+
+    @model_validator(mode="after")
+    def _length(self) -> "TorchJob":
+        if self.steps is None and self.epochs is None:
+            raise ValueError("give steps, or epochs with samples")
+        if self.epochs is not None and self.samples is None:
+            raise ValueError("epochs needs samples (samples per epoch)")
+        return self
+
+    def total_steps(self, global_batch: int) -> int:
+        if self.steps is not None:
+            return self.steps
+        assert self.epochs is not None and self.samples is not None
+        return max(1, math.ceil(self.epochs * self.samples / global_batch))
+
+
+Job = Annotated[Union[TransformerJob, TabularJob, TorchJob], Field(discriminator="kind")]
+_JOB_ADAPTER: TypeAdapter[Job] = TypeAdapter(Job)
+
+_MODELS_BY_KIND: dict[str, type[BaseModel]] = {
+    "transformer": TransformerJob,
+    "tabular": TabularJob,
+    "torch": TorchJob,
+}
+
+# --------------------------------------------------------------------------- loading
+
+
+def _did_you_mean(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=3, cutoff=0.6)
+    return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+
+
+def _fields_at(loc: tuple[Any, ...], kind: str | None) -> list[str]:
+    """Allowed field names of the model that owns location ``loc`` (best effort)."""
+    model: Any = _MODELS_BY_KIND.get(kind or "", None)
+    for part in loc[:-1]:
+        if model is None:
+            return []
+        info = model.model_fields.get(part) if isinstance(part, str) else None
+        if info is None:
+            return []
+        ann = info.annotation
+        candidates = [a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type) and issubclass(a, BaseModel)]
+        model = candidates[0] if candidates else None
+    return sorted(model.model_fields) if model is not None else []
+
+
+def _format_error(err: dict[str, Any], kind: str | None) -> tuple[str, str]:
+    """One pydantic error → (field path, message)."""
+    loc = tuple(p for p in err["loc"] if p not in ("transformer", "tabular", "torch"))
+    # Drop union-branch names pydantic inserts (e.g. 'str', 'ModelArch', 'function-after[...]').
+    loc = tuple(p for p in loc if not (isinstance(p, str) and (p[:1].isupper() or "[" in p or p in ("str", "int"))))
+    field = ".".join(str(p) for p in loc) or "job"
+    etype = err["type"]
+    if etype == "extra_forbidden":
+        name = str(loc[-1]) if loc else "?"
+        allowed = _fields_at(loc, kind)
+        hint = _did_you_mean(name, allowed)
+        return field, f"unknown field{hint}; allowed here: {', '.join(allowed)}" if allowed else "unknown field"
+    if etype == "missing":
+        return field, "is required"
+    if etype in ("enum", "literal_error"):
+        expected = err.get("ctx", {}).get("expected", "")
+        return field, f"must be one of {expected}, got {err.get('input')!r}"
+    if etype in ("greater_than", "greater_than_equal"):
+        bound = err.get("ctx", {}).get("gt", err.get("ctx", {}).get("ge"))
+        op = ">" if etype == "greater_than" else ">="
+        return field, f"must be {op} {bound}, got {err.get('input')!r}"
+    msg = err["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    return field, f"{msg} (got {err.get('input')!r})" if etype not in ("value_error", "assertion_error") else msg
+
+
+def _pick_error(errors: list[dict[str, Any]]) -> dict[str, Any]:
+    """Choose the most useful of several errors (pydantic reports every union branch)."""
+    order = {"extra_forbidden": 0, "missing": 1}
+    return sorted(errors, key=lambda e: (order.get(e["type"], 2), len(e["loc"])))[0]
+
+
+def parse_job(data: Any, *, source: str | None = None) -> Job:
+    """Validate a parsed job mapping.  Raises :class:`SpecError` with one clear line."""
+    if not isinstance(data, dict):
+        raise SpecError("the job file must be a mapping of field: value", source=source)
+    kind = data.get("kind")
+    if kind is None:
+        raise SpecError("is required: one of transformer, tabular, torch", field="kind", source=source)
+    if kind not in _MODELS_BY_KIND:
+        raise SpecError(
+            f"must be one of transformer, tabular, torch, got {kind!r}{_did_you_mean(str(kind), list(_MODELS_BY_KIND))}",
+            field="kind",
+            source=source,
+        )
+    try:
+        job = _JOB_ADAPTER.validate_python(data)
+    except ValidationError as exc:
+        field, msg = _format_error(_pick_error(exc.errors()), kind)
+        raise SpecError(msg, field=field, source=source) from None
+    _check_references(job, source)
+    return job
+
+
+def _check_references(job: Job, source: str | None) -> None:
+    """Checks that need the catalog: the model preset exists."""
+    if isinstance(job, TransformerJob) and isinstance(job.model, str):
+        from trainplan.catalog import resolve_model
+
+        resolve_model(job.model, source=source)
+
+
+def load_job(path: str | Path) -> Job:
+    """Read and validate a job file."""
+    p = Path(path)
+    if not p.exists():
+        raise SpecError(f"job file not found: {p}")
+    if p.is_dir():
+        raise SpecError(f"job file is a directory: {p}")
+    text = p.read_text(encoding="utf-8")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
+        raise SpecError(f"malformed YAML at {where}: {exc.problem}", source=str(p)) from None
+    except yaml.YAMLError as exc:
+        raise SpecError(f"malformed YAML: {exc}", source=str(p)) from None
+    return parse_job(data, source=str(p))
