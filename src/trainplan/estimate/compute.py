@@ -25,14 +25,15 @@ from trainplan.spec import Checkpointing
 class StepFlops:
     """FLOPs of one micro-batch on one device."""
 
-    forward: float
-    backward: float
+    forward: float  # executed
+    backward: float  # executed
     recompute: float
+    causal_skipped: float = 0.0  # attention FLOPs (forward + backward) a fused causal kernel does not execute
 
     @property
     def model(self) -> float:
-        """FLOPs that count toward MFU (no recomputation)."""
-        return self.forward + self.backward
+        """FLOPs that count toward MFU: the conventional count (full attention, no recomputation)."""
+        return self.forward + self.backward + self.causal_skipped
 
     @property
     def hardware(self) -> float:
@@ -61,6 +62,7 @@ def training_step_flops(
     attn_dim: int,
     checkpointing: Checkpointing,
     lm_head_params: float,
+    causal_fused_attention: bool = False,
 ) -> StepFlops:
     """Forward, backward and recomputation FLOPs of one micro-batch of ``tokens``.
 
@@ -70,6 +72,13 @@ def training_step_flops(
     """
     mm = matmul_flops_forward(matmul_params, tokens)
     attn = attention_flops_forward(layers=layers, seq_len=seq_len, attn_dim=attn_dim, tokens=tokens)
+    skipped = 0.0
+    if causal_fused_attention:
+        # A fused causal kernel skips the blocks above the diagonal: it executes half the
+        # attention FLOPs (Dao 2023, "FlashAttention-2", Sec. 3.1.1).  MFU keeps the
+        # conventional full count (PaLM App. B) through `causal_skipped`.
+        attn = attn / 2
+        skipped = 3 * attn
     adapters = matmul_flops_forward(adapter_params, tokens)
     frozen_mm = matmul_flops_forward(matmul_params - trainable_matmul_params, tokens)
     forward = mm + attn + adapters
@@ -80,4 +89,4 @@ def training_step_flops(
         recompute = attn
     else:
         recompute = 0.0
-    return StepFlops(forward=forward, backward=backward, recompute=recompute)
+    return StepFlops(forward=forward, backward=backward, recompute=recompute, causal_skipped=skipped)

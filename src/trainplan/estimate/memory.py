@@ -230,7 +230,7 @@ def layer_activation_bytes(
         if dropout:
             core += heads * seq_len * (1 + e)
     mlp_bytes = e * hidden + (4 if mlp == "swiglu" else 2) * e * ffn_hidden
-    masks = 2.0 if dropout else 0.0
+    masks = 2.0 * hidden if dropout else 0.0  # 1-byte masks after attention and after the MLP
     if checkpointing is Checkpointing.SELECTIVE:
         core = 4.0 * heads if flash_attention else 0.0  # attention core recomputed (Korthikanti Sec. 4.2)
     return tokens * (norms + attn_linear + core + mlp_bytes + masks)

@@ -248,6 +248,7 @@ def estimate_transformer(
         attn_dim=arch_mod.attention_inner_dim(arch),
         checkpointing=job.activation_checkpointing,
         lm_head_params=arch.vocab * arch.hidden if arch.arch != "encoder" else 0,
+        causal_fused_attention=_flash(job) and arch.arch == "decoder",
     )
     step_time = float("inf")
     mfu = None

@@ -1,0 +1,60 @@
+"""Check the analytic estimator against published measured training runs.
+
+Reads tests/data/published_llm.yaml (every record cites its source), predicts
+each with trainplan's *default* efficiencies, and prints predicted vs measured
+tokens/s per GPU, peak memory and fit / no-fit, with the median and worst errors.
+
+    python benchmarks/validate_published.py [--all]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from pathlib import Path
+
+import yaml
+
+from trainplan.estimate.published import compare
+
+DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "published_llm.yaml"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--all", action="store_true", help="print every record, not only the summary by source")
+    args = ap.parse_args()
+    records = yaml.safe_load(DATA.read_text())
+    rows = [c for c in (compare(r) for r in records) if c is not None]
+    by_source: dict[str, list[float]] = {}
+    mem_err: list[float] = []
+    verdicts = [0, 0]
+    for c in rows:
+        src = c.id.split("-")[0]
+        if c.throughput_error is not None:
+            by_source.setdefault(src, []).append(c.throughput_error)
+        if c.measured_peak_gib:
+            mem_err.append(c.predicted_peak_gib / c.measured_peak_gib - 1)
+        if c.measured_fits is not None:
+            verdicts[0] += c.predicted_fits == c.measured_fits
+            verdicts[1] += 1
+        if args.all:
+            tp = f"{c.predicted_tokens_per_s_per_gpu or 0:8.0f} vs {c.measured_tokens_per_s_per_gpu or 0:8.0f}"
+            err = f"{c.throughput_error:+.0%}" if c.throughput_error is not None else "   -"
+            mem = f"{c.predicted_peak_gib:6.1f} vs {c.measured_peak_gib:6.1f}" if c.measured_peak_gib else ""
+            print(f"{c.id:60} tok/s/GPU {tp} {err:>6}  fits {c.predicted_fits}/{c.measured_fits}  {mem}")
+    print(f"records modelled: {len(rows)} of {len(records)}")
+    allerr = [e for v in by_source.values() for e in v]
+    print(f"{'source':12} {'n':>4} {'median |err|':>13} {'median err':>11} {'worst':>7}")
+    for src, errs in sorted(by_source.items()):
+        print(f"{src:12} {len(errs):4d} {statistics.median(abs(e) for e in errs):13.1%} {statistics.median(errs):+11.1%} {max(errs, key=abs):+7.0%}")
+    if allerr:
+        within = sum(abs(e) <= 0.25 for e in allerr) / len(allerr)
+        print(f"{'all':12} {len(allerr):4d} {statistics.median(abs(e) for e in allerr):13.1%} {statistics.median(allerr):+11.1%}   within 25%: {within:.0%}")
+    if mem_err:
+        print(f"peak memory: n={len(mem_err)} median |err| {statistics.median(abs(e) for e in mem_err):.1%}, worst {max(mem_err, key=abs):+.0%}")
+    print(f"fit/no-fit verdicts right: {verdicts[0]}/{verdicts[1]}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""Compare the analytic estimator with published, measured training runs.
+
+The records live in ``tests/data/published_llm.yaml`` (each with its source).
+This module turns one record into a job and hardware, runs the estimator with
+its *default* efficiencies, and reports predicted against measured throughput,
+peak memory and the fit / no-fit verdict.  Used by the golden tests and by
+``benchmarks/validate_published.py``; nothing here is tuned per record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from trainplan.catalog import Catalog, get_catalog
+from trainplan.errors import TrainplanError
+from trainplan.estimate.memory import GIB
+from trainplan.estimate.transformer import estimate_transformer
+from trainplan.planner.candidates import hardware_for_gpu
+from trainplan.spec import ModelArch, TransformerJob, parse_job
+from trainplan.strategies import Strategy
+
+SUPPORTED_PRECISIONS = ("bf16", "fp16", "fp32", "bf16-pure")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    id: str
+    predicted_tokens_per_s_per_gpu: float | None
+    measured_tokens_per_s_per_gpu: float | None
+    predicted_peak_gib: float
+    measured_peak_gib: float | None
+    predicted_fits: bool
+    measured_fits: bool | None
+    reason: str | None
+
+    @property
+    def throughput_error(self) -> float | None:
+        """(predicted − measured) / measured."""
+        if not self.predicted_tokens_per_s_per_gpu or not self.measured_tokens_per_s_per_gpu:
+            return None
+        return self.predicted_tokens_per_s_per_gpu / self.measured_tokens_per_s_per_gpu - 1.0
+
+
+def _model(value: Any) -> Any:
+    if isinstance(value, dict):
+        return ModelArch(**{k: v for k, v in value.items() if k in ModelArch.model_fields and k != "name"})
+    return value
+
+
+def record_to_job(rec: dict[str, Any]) -> TransformerJob | None:
+    """The job a published record describes, or None if trainplan does not model it (fp8, tensor parallel)."""
+    if rec.get("precision", "bf16") not in SUPPORTED_PRECISIONS:
+        return None
+    if rec.get("strategy") not in {s.value for s in Strategy} or "seq_len" not in rec:
+        return None
+    data: dict[str, Any] = {
+        "kind": "transformer",
+        "name": rec["id"],
+        "model": _model(rec["model"]),
+        "method": rec.get("method", "full"),
+        "seq_len": rec["seq_len"],
+        "micro_batch": rec.get("micro_batch", 1),
+        "precision": rec.get("precision", "bf16"),
+        "optimizer": rec.get("optimizer", "adamw"),
+        "activation_checkpointing": rec.get("activation_checkpointing", "none"),
+        "steps": 1,
+    }
+    if rec.get("global_batch"):
+        data["global_batch"] = rec["global_batch"]
+    if rec.get("flash_attention") is not None:
+        data["flash_attention"] = rec["flash_attention"]
+    if rec.get("lora"):
+        data["lora"] = rec["lora"]
+    try:
+        job = parse_job(data)
+    except TrainplanError:
+        return None
+    assert isinstance(job, TransformerJob)
+    return job
+
+
+def compare(rec: dict[str, Any], catalog: Catalog | None = None) -> Comparison | None:
+    """Predicted vs measured for one record; None when the record is outside what trainplan models."""
+    cat = catalog or get_catalog()
+    job = record_to_job(rec)
+    hw_rec = rec.get("hardware", {})
+    acc = cat.accelerators.get(hw_rec.get("accelerator", ""))
+    if job is None or acc is None:
+        return None
+    gpn = int(hw_rec.get("gpus_per_node", 1))
+    nodes = int(hw_rec.get("nodes", 1))
+    try:
+        hw = hardware_for_gpu(acc, cat, gpus=gpn, nodes=nodes)
+        e = estimate_transformer(job, hw, Strategy(rec["strategy"]), cat)
+    except TrainplanError:
+        return None
+    m = rec.get("measured", {})
+    world = gpn * nodes
+    tps = m.get("tokens_per_s_per_gpu")
+    if tps is None and m.get("tokens_per_s"):
+        tps = m["tokens_per_s"] / world
+    peak = m.get("peak_memory_gib")
+    if peak is None and m.get("peak_memory_gb"):
+        peak = m["peak_memory_gb"] * 1e9 / GIB
+    return Comparison(
+        id=rec["id"],
+        predicted_tokens_per_s_per_gpu=e.throughput / world if e.throughput else None,
+        measured_tokens_per_s_per_gpu=tps,
+        predicted_peak_gib=e.memory.peak / GIB,
+        measured_peak_gib=peak,
+        predicted_fits=e.fits,
+        measured_fits=m.get("fits"),
+        reason=e.reason,
+    )
