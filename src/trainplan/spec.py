@@ -419,7 +419,8 @@ def _format_error(err: dict[str, Any], kind: str | None) -> tuple[str, str]:
 def _pick_error(errors: list[dict[str, Any]]) -> dict[str, Any]:
     """Choose the most useful of several errors (pydantic reports every union branch)."""
     order = {"extra_forbidden": 0, "missing": 1}
-    return sorted(errors, key=lambda e: (order.get(e["type"], 2), len(e["loc"])))[0]
+    # For `str | Mapping` unions (model:), the "not a string" branch error is the least useful one.
+    return sorted(errors, key=lambda e: (e["type"] == "string_type", order.get(e["type"], 2), len(e["loc"])))[0]
 
 
 def parse_job(data: Any, *, source: str | None = None) -> Job:
@@ -459,7 +460,10 @@ def load_job(path: str | Path) -> Job:
         raise SpecError(f"job file not found: {p}")
     if p.is_dir():
         raise SpecError(f"job file is a directory: {p}")
-    text = p.read_text(encoding="utf-8")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"not a UTF-8 text file (byte {exc.start})", source=str(p)) from None
     try:
         data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as exc:

@@ -66,7 +66,7 @@ def _block_counts(a: ModelArch, *, cross_attention: bool) -> tuple[int, int]:
     """(linear weights, other) of one block."""
     shapes = linear_shapes(a, cross_attention=cross_attention)
     linear = sum(i * o for i, o in shapes.values())
-    norm_params = a.hidden * (2 if a.norm == "layernorm" else 1)
+    norm_params = _norm_params(a)
     norms = 3 if cross_attention else 2
     other = norms * norm_params
     if a.bias:
@@ -74,9 +74,14 @@ def _block_counts(a: ModelArch, *, cross_attention: bool) -> tuple[int, int]:
     return linear, other
 
 
+def _norm_params(a: ModelArch) -> int:
+    """A LayerNorm has a weight and (when the model uses biases) a bias; an RMSNorm a weight only (MPT: no bias)."""
+    return a.hidden * (2 if a.norm == "layernorm" and a.bias else 1)
+
+
 def param_counts(a: ModelArch) -> ParamCounts:
     """Parameters by part; ``total`` matches ``sum(p.numel())`` of the built model."""
-    norm_params = a.hidden * (2 if a.norm == "layernorm" else 1)
+    norm_params = _norm_params(a)
     embedding = a.vocab * a.hidden + a.extra_embedding_params
     if a.position == "learned":
         embedding += (a.max_seq_len or 2048) * a.hidden
@@ -91,9 +96,9 @@ def param_counts(a: ModelArch) -> ParamCounts:
         matmul = (a.layers * enc_lin + n_dec * dec_lin) // 2 + a.vocab * a.hidden
     else:
         block_linear = a.layers * enc_lin
-        # a decoder ends in a final norm; an encoder (BERT) has none (its embedding
-        # LayerNorm is part of `extra_embedding_params`) and no vocabulary projection.
-        final_norm = norm_params if a.arch == "decoder" else 0
+        # a decoder ends in a final norm; an encoder (BERT) has an embedding LayerNorm
+        # of the same size instead, and no vocabulary projection.
+        final_norm = norm_params
         block_other = a.layers * enc_other + final_norm
         matmul = block_linear + (a.vocab * a.hidden if a.arch == "decoder" else 0)
     return ParamCounts(

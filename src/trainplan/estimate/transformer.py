@@ -254,9 +254,13 @@ def estimate_transformer(
     mfu = None
     breakdown: dict[str, float] = {}
     calibrated = efficiency is not None
+    peak = 0.0
+    dtype = job.precision.half or "fp32"
     if acc is not None:
-        dtype = job.precision.half or "fp32"
         peak = (acc.peak_tflops(dtype) or acc.peak_tflops("fp32") or 0.0) * 1e12
+    if acc is not None and peak <= 0:
+        reason = reason or f"{acc.id} has no published peak for {dtype}"
+    if acc is not None and peak > 0:
         eff = efficiency if efficiency is not None else matmul_efficiency(catalog, acc.id, arch.hidden)
         t_fwd = flops.forward / (peak * eff)
         t_bwd = (flops.backward + flops.recompute) / (peak * eff)
