@@ -370,9 +370,13 @@ def test_xgboost_rejects_every_multi_gpu_instance_with_a_reason(xgb_plan) -> Non
     multi = {f"{i.cloud}:{i.name}" for i in get_catalog().instances if i.accelerator_count > 1}
     rejected = {e.hardware.label: e for e in xgb_plan.rejected}
     assert multi <= set(rejected)
+    tpus = {f"{i.cloud}:{i.name}" for i in get_catalog().instances if i.accelerator and i.accelerator.startswith("TPU")}
     for label in multi:
         reason = rejected[label].reason
-        assert reason and "idle" in reason and "1-GPU" in reason, (label, reason)
+        if label in tpus:
+            assert reason and "TPU" in reason, (label, reason)
+        else:
+            assert reason and "idle" in reason and "1-GPU" in reason, (label, reason)
 
 
 def _catalog_without_startup(tmp_path: Path):

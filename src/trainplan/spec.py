@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal, Union
 import yaml
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     TypeAdapter,
@@ -108,7 +109,14 @@ class Cloud(str, Enum):
 
 _STRICT = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
 
-PositiveInt = Annotated[int, Field(gt=0)]
+def _no_bool(v: Any) -> Any:
+    # pydantic turns true/false into 1/0; a size given as a boolean is a mistake.
+    if isinstance(v, bool):
+        raise ValueError(f"must be a number, got {str(v).lower()}")
+    return v
+
+
+PositiveInt = Annotated[int, BeforeValidator(_no_bool), Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 
 

@@ -37,7 +37,7 @@ def catalog_command(
         out["issues"] = [str(i) for i in cat.issues]
         typer.echo(dump_json(out))
         return
-    console = Console()
+    console = Console(width=None if Console().is_terminal else 160)
     for t in catalog_tables(cat, what.value):
         console.print(t)
     for issue in cat.issues:

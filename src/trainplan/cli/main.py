@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 import typer
+from typer.exceptions import TyperException
 
 from trainplan.cli.catalog import catalog_command
 from trainplan.cli.estimate import estimate_command
@@ -42,13 +43,14 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Abort:
         typer.echo("aborted", err=True)
         return 130
-    except Exception as exc:  # click usage errors
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            return exc.exit_code
-        raise
+    except TyperException as exc:  # typer's (vendored click) usage errors: bad option, unknown command …
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            ctx = getattr(exc, "ctx", None)
+            typer.echo(ctx.get_help() if ctx is not None else "Usage: trainplan COMMAND [ARGS]...")
+            return 0
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        typer.echo(f"error: {' '.join(str(message).split())}", err=True)
+        return int(getattr(exc, "exit_code", 2) or 2)
     return 0
 
 

@@ -125,6 +125,8 @@ def tabular_reason(job: TabularJob, hw: Hardware) -> str | None:
     if hw.layout.nodes > 1:
         return "a tabular job runs on one machine here; several nodes only add start-up and cost"
     if hw.accelerator is not None:
+        if hw.accelerator.kind == "tpu":
+            return "no GBDT library trains on TPUs"
         if hw.layout.gpus_per_node > 1:
             return (
                 f"{job.library.value} trains one model per GPU; {hw.layout.gpus_per_node - 1} of "
@@ -132,8 +134,6 @@ def tabular_reason(job: TabularJob, hw: Hardware) -> str | None:
             )
         if job.library not in GPU_LIBRARIES:
             return f"{job.library.value} has no GPU implementation; use a CPU instance"
-        if hw.accelerator.kind == "tpu":
-            return "no GBDT library trains on TPUs"
     return None
 
 
