@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 from trainplan.catalog import Catalog, resolve_model
 from trainplan.estimate import architecture as arch_mod
-from trainplan.estimate.comms import Links, comm_plan, exposed_comm_seconds
 from trainplan.estimate.compute import StepFlops, training_step_flops
 from trainplan.estimate.memory import (
     GIB,
@@ -20,18 +19,16 @@ from trainplan.estimate.memory import (
     autocast_weight_copy_bytes,
     checkpointed_activation_bytes,
     framework_overhead_bytes,
-    gradient_bytes_per_param,
     layer_activation_bytes,
     logits_bytes,
     model_state_bytes,
     norm_saved_bytes_per_token,
-    optimizer_bytes_per_param,
     optimizer_step_temporary_bytes,
     sharding_buffer_bytes,
     step_peak,
-    weight_bytes_per_param,
 )
 from trainplan.estimate.result import Estimate, Hardware, billed_seconds
+from trainplan.estimate.steptime import step_time as step_time_of
 from trainplan.spec import Checkpointing, FlashAttention, Method, ModelArch, Optimizer, Precision, TransformerJob
 from trainplan.strategies import Engine, Strategy
 
@@ -250,67 +247,20 @@ def estimate_transformer(
         lm_head_params=arch.vocab * arch.hidden if arch.arch != "encoder" else 0,
         causal_fused_attention=_flash(job) and arch.arch == "decoder",
     )
+    calibrated = efficiency is not None
     step_time = float("inf")
     mfu = None
     breakdown: dict[str, float] = {}
-    calibrated = efficiency is not None
-    peak = 0.0
-    dtype = job.precision.half or "fp32"
     if acc is not None:
-        peak = (acc.peak_tflops(dtype) or acc.peak_tflops("fp32") or 0.0) * 1e12
-    if acc is not None and peak <= 0:
-        reason = reason or f"{acc.id} has no published peak for {dtype}"
-    if acc is not None and peak > 0:
         eff = efficiency if efficiency is not None else matmul_efficiency(catalog, acc.id, arch.hidden)
-        t_fwd = flops.forward / (peak * eff)
-        t_bwd = (flops.backward + flops.recompute) / (peak * eff)
-        links = Links(
-            intra_gb_s=(hw.intra_node_bw_gb_s or 0.0) * catalog.assumption("comm_bw_efficiency") or None,
-            inter_node_gb_s=(hw.network_gbps or 0.0) / 8 * catalog.assumption("comm_bw_efficiency") or None,
-        )
-        try:
-            cplan = comm_plan(
-                strategy,
-                layout=layout,
-                links=links,
-                trainable_params=m.trainable,
-                total_params=m.total,
-                precision=job.precision,
-            )
-            t_comm = exposed_comm_seconds(
-                cplan,
-                micro_steps=micro_steps,
-                t_forward=t_fwd,
-                t_backward=t_bwd,
-                overlap=catalog.assumption("comm_overlap"),
-            )
-        except ValueError as exc:
-            t_comm = float("inf")
-            reason = reason or str(exc)
-        # Optimizer step: memory-bound, read w, g, states; write w, states (bytes per trainable param).
-        w_b = weight_bytes_per_param(job.precision, engine)
-        g_b = gradient_bytes_per_param(job.precision, engine)
-        o_b = optimizer_bytes_per_param(job.optimizer, job.precision, engine, adafactor_elems_per_param=m.adafactor_elems_per_param)
-        touched = local_trainable * (2 * w_b + g_b + 2 * o_b)
-        t_opt = 0.0
-        t_offload = 0.0
-        if strategy.offloads_optimizer:
-            # CPU optimizer step bound by host memory bandwidth, all ranks of a node sharing it;
-            # gradients down and 16-bit weights up over PCIe (Ren et al. 2021, Sec. 4.1).
-            host_bw = catalog.assumption("host_mem_bw_gb_s") * 1e9
-            t_offload = touched * layout.gpus_per_node / host_bw
-            pcie = catalog.assumption("pcie_gb_s") * 1e9
-            t_offload += local_trainable * (4 + job.precision.compute_bytes) / pcie
-            if strategy.offloads_parameters:
-                # every micro-step streams the local parameter shard in for forward and backward.
-                t_offload += micro_steps * 2 * (m.total / n) * job.precision.compute_bytes / pcie
-        else:
-            t_opt = touched / (acc.mem_bandwidth_gb_s * 1e9 * catalog.assumption("mem_bw_efficiency"))
-        compute = micro_steps * (t_fwd + t_bwd)
-        step_time = compute + t_comm + t_opt + t_offload
-        breakdown = {"compute_s": compute, "comm_exposed_s": t_comm, "optimizer_s": t_opt, "offload_s": t_offload}
-        if step_time > 0 and step_time != float("inf"):
-            mfu = micro_steps * flops.model / (step_time * peak)
+        st = step_time_of(
+            hw=hw, strategy=strategy, catalog=catalog, precision=job.precision, optimizer=job.optimizer,
+            micro_steps=micro_steps, flops_forward=flops.forward, flops_backward=flops.backward + flops.recompute,
+            flops_model=flops.model, trainable_params=m.trainable, total_params=m.total, efficiency=eff,
+            adafactor_elems_per_param=m.adafactor_elems_per_param,
+        )  # fmt: skip
+        step_time, mfu, breakdown = st.seconds, st.mfu, st.breakdown
+        reason = reason or st.reason
         if calibrated:
             notes.append(f"efficiency {eff:.2f} from a measured run")
 

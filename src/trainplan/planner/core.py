@@ -70,7 +70,7 @@ def make_estimator(job: Job, catalog: Catalog, *, efficiency_for: Callable[[Hard
     if isinstance(job, TorchJob):
         from trainplan.estimate.torchjob import make_torch_estimator
 
-        return make_torch_estimator(job, catalog)
+        return make_torch_estimator(job, catalog, efficiency_for=efficiency_for)
     raise TypeError(f"unsupported job {type(job).__name__}")
 
 
@@ -87,8 +87,19 @@ def constraint_reason(e: Estimate, job: Job) -> str | None:
 def rank_key(objective: Objective) -> Callable[[Estimate], tuple[float, ...]]:
     """Sort key: the objective first, the other as tie-break, then fewer devices."""
     if objective is Objective.TIME:
-        return lambda e: (round(e.hours, 6), round(e.cost_usd, 4), e.devices)
-    return lambda e: (round(e.cost_usd, 4), round(e.hours, 6), e.devices)
+        return lambda e: (round(e.hours, 6), round(e.cost_usd, 4), e.devices, _simplicity(e.strategy))
+    return lambda e: (round(e.cost_usd, 4), round(e.hours, 6), e.devices, _simplicity(e.strategy))
+
+
+_SIMPLEST_FIRST = [s.value for s in (
+    Strategy.SINGLE, Strategy.DDP, Strategy.ZERO1, Strategy.ZERO2, Strategy.FSDP_GRAD_OP, Strategy.ZERO3,
+    Strategy.FSDP, Strategy.ZERO2_OFFLOAD, Strategy.ZERO3_OFFLOAD,
+)]  # fmt: skip
+
+
+def _simplicity(strategy: str) -> int:
+    """On a tie, prefer the strategy with fewer moving parts (tabular engines rank equal)."""
+    return _SIMPLEST_FIRST.index(strategy) if strategy in _SIMPLEST_FIRST else 0
 
 
 def pareto_front(options: Sequence[Estimate]) -> frozenset[int]:

@@ -1,0 +1,105 @@
+"""Step time of a data-parallel training step: compute, exposed communication, optimizer, offload.
+
+Shared by the analytic transformer estimator and the traced estimator, so both
+apply the same strategy rules.  Sources of each term are cited in
+``compute.py`` (FLOPs), ``comms.py`` (collectives) and below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainplan.catalog import Catalog
+from trainplan.estimate.comms import Links, comm_plan, exposed_comm_seconds
+from trainplan.estimate.memory import gradient_bytes_per_param, optimizer_bytes_per_param, weight_bytes_per_param
+from trainplan.estimate.result import Hardware
+from trainplan.spec import Optimizer, Precision
+from trainplan.strategies import Strategy
+
+
+@dataclass(frozen=True)
+class StepTime:
+    seconds: float  # inf when it cannot be computed
+    mfu: float | None
+    breakdown: dict[str, float]
+    reason: str | None  # why the time cannot be computed (missing bandwidth, no peak)
+
+
+def links_for(hw: Hardware, catalog: Catalog) -> Links:
+    """Achievable bandwidths: the catalog's peak link figures × the NCCL bus-bandwidth fraction."""
+    eff = catalog.assumption("comm_bw_efficiency")
+    return Links(
+        intra_gb_s=(hw.intra_node_bw_gb_s or 0.0) * eff or None,
+        inter_node_gb_s=(hw.network_gbps or 0.0) / 8 * eff or None,
+    )
+
+
+def optimizer_bytes_touched(trainable_local: float, optimizer: Optimizer, precision: Precision, strategy: Strategy,
+                            *, adafactor_elems_per_param: float = 0.0) -> float:  # fmt: skip
+    """Bytes an optimizer step reads and writes: read weights, gradients, state; write weights, state."""
+    e = strategy.engine
+    w = weight_bytes_per_param(precision, e)
+    g = gradient_bytes_per_param(precision, e)
+    o = optimizer_bytes_per_param(optimizer, precision, e, adafactor_elems_per_param=adafactor_elems_per_param)
+    return trainable_local * (2 * w + g + 2 * o)
+
+
+def step_time(
+    *,
+    hw: Hardware,
+    strategy: Strategy,
+    catalog: Catalog,
+    precision: Precision,
+    optimizer: Optimizer,
+    micro_steps: int,
+    flops_forward: float,
+    flops_backward: float,  # backward + recomputation, executed
+    flops_model: float,  # MFU numerator per micro-step
+    trainable_params: float,
+    total_params: float,
+    efficiency: float,
+    adafactor_elems_per_param: float = 0.0,
+) -> StepTime:
+    """Seconds per optimizer step on ``hw`` with ``strategy``.
+
+    compute = micro-steps × FLOPs / (dense peak × efficiency); communication
+    after overlap (comms.py); the optimizer step is memory-bound (bytes touched
+    / HBM bandwidth × its achievable fraction); offload replaces it with a CPU
+    step bound by host memory bandwidth, shared by the node's ranks, plus PCIe
+    transfers of gradients down and 16-bit weights up (Ren et al. 2021,
+    "ZeRO-Offload", Sec. 4.1); ZeRO-3 offload also streams the parameter shard
+    in for every forward and backward (Rajbhandari et al. 2021, "ZeRO-Infinity").
+    """
+    acc = hw.accelerator
+    dtype = precision.half or "fp32"
+    peak = ((acc.peak_tflops(dtype) or acc.peak_tflops("fp32") or 0.0) * 1e12) if acc else 0.0
+    if acc is None or peak <= 0:
+        return StepTime(float("inf"), None, {}, f"{acc.id if acc else 'CPU'} has no published peak for {dtype}")
+    layout = hw.layout
+    n = layout.world_size
+    t_fwd = flops_forward / (peak * efficiency)
+    t_bwd = flops_backward / (peak * efficiency)
+    reason = None
+    try:
+        plan = comm_plan(strategy, layout=layout, links=links_for(hw, catalog), trainable_params=trainable_params,
+                         total_params=total_params, precision=precision)  # fmt: skip
+        t_comm = exposed_comm_seconds(plan, micro_steps=micro_steps, t_forward=t_fwd, t_backward=t_bwd,
+                                      overlap=catalog.assumption("comm_overlap"))  # fmt: skip
+    except ValueError as exc:
+        t_comm, reason = float("inf"), str(exc)
+    local = trainable_params / (n if strategy.shards_optimizer else 1)
+    touched = optimizer_bytes_touched(local, optimizer, precision, strategy, adafactor_elems_per_param=adafactor_elems_per_param)
+    t_opt = t_offload = 0.0
+    if strategy.offloads_optimizer:
+        pcie = catalog.assumption("pcie_gb_s") * 1e9
+        t_offload = touched * layout.gpus_per_node / (catalog.assumption("host_mem_bw_gb_s") * 1e9)
+        t_offload += local * (4 + precision.compute_bytes) / pcie
+        if strategy.offloads_parameters:
+            t_offload += micro_steps * 2 * (total_params / n) * precision.compute_bytes / pcie
+    else:
+        t_opt = touched / (acc.mem_bandwidth_gb_s * 1e9 * catalog.assumption("mem_bw_efficiency"))
+    compute = micro_steps * (t_fwd + t_bwd)
+    total = compute + t_comm + t_opt + t_offload
+    mfu = micro_steps * flops_model / (total * peak) if 0 < total < float("inf") else None
+    breakdown = {"compute_s": compute, "comm_exposed_s": t_comm, "optimizer_s": t_opt, "offload_s": t_offload}
+    return StepTime(total, mfu, breakdown, reason)
