@@ -45,13 +45,14 @@ def estimate_command(
     instance: Annotated[Optional[str], typer.Option(help="Instance type, e.g. p4de.24xlarge (or cloud:name).")] = None,
     cpus: Annotated[Optional[int], typer.Option(help="vCPUs of a CPU-only machine.")] = None,
     strategy: Annotated[Optional[str], typer.Option(help="single, ddp, zero1-3, zero2-offload, zero3-offload, fsdp, fsdp-grad-op. Default: the best that fits.")] = None,
+    trace: Annotated[bool, typer.Option("--trace", help="Transformer jobs: trace the real model on the fake device instead of the formulas.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Memory, time and cost of the job on one configuration."""
     job = read_job(job_file)
     hw = _hardware(gpu, gpus, nodes, instance, cpus)
     catalog = get_catalog()
-    est = make_estimator(job, catalog, efficiency_for=efficiency_lookup(job))
+    est = make_estimator(job, catalog, efficiency_for=efficiency_lookup(job), trace=trace)
     if isinstance(job, TabularJob):
         e = est(hw, None)
     elif strategy is not None:
@@ -60,9 +61,9 @@ def estimate_command(
         tried = [est(hw, s) for s in strategies_for(hw.layout.world_size)]
         fitting = sorted((x for x in tried if x.fits), key=rank_key(Objective.TIME))
         e = fitting[0] if fitting else min(tried, key=lambda x: x.memory.peak)
-    if not e.fits and e.kind == "transformer" and e.reason and e.reason.startswith("needs"):
+    if not e.fits and e.kind == "transformer" and not trace and e.reason and e.reason.startswith("needs"):
         e = replace(e, hint=fit_hint(job, hw, Strategy(e.strategy), catalog))
     if json_out:
         typer.echo(dump_json(e.to_dict()))
         return
-    Console().print(estimate_panel(e))
+    Console(width=None if Console().is_terminal else 120).print(estimate_panel(e))

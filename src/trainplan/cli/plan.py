@@ -21,16 +21,17 @@ def plan_command(
     job_file: Annotated[Optional[Path], typer.Argument(help="Job file (YAML). Default: the built-in LLaMA-7B fine-tune.")] = None,
     objective: Annotated[Objective, typer.Option(help="Rank by cost or by time.")] = Objective.COST,
     top: Annotated[int, typer.Option(min=1, help="Rows of options and of rejections to show.")] = 10,
+    trace: Annotated[bool, typer.Option("--trace", help="Transformer jobs: trace the real model on the fake device instead of the formulas.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
     """Estimate every (hardware, strategy) option in the catalog, rank them, explain the rejected."""
     job = read_job(job_file)
     catalog = get_catalog()
-    plan = require_options(plan_job(job, catalog, objective=objective, efficiency_for=efficiency_lookup(job)), job)
+    plan = require_options(plan_job(job, catalog, objective=objective, efficiency_for=efficiency_lookup(job), trace=trace), job)
     # Hints for the rejections that will be shown (each costs a few re-estimates).
     shown = tuple(
         replace(e, hint=fit_hint(job, e.hardware, Strategy(e.strategy), catalog))
-        if e.kind == "transformer" and e.reason and e.reason.startswith("needs")
+        if e.kind == "transformer" and not trace and e.reason and e.reason.startswith("needs")
         else e
         for e in plan.rejected[:top]
     )

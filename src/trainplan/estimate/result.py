@@ -75,6 +75,7 @@ class Estimate:
     hint: str | None = None  # what would make a rejected option fit
     calibrated: bool = False  # efficiency or rate from a measured run
     notes: tuple[str, ...] = ()
+    trace: dict[str, Any] | None = None  # what tracing the real model found (params, FLOPs, single-device peak)
 
     @property
     def hours(self) -> float:
@@ -127,4 +128,6 @@ class Estimate:
             "hint": self.hint,
             "notes": list(self.notes),
         }
+        if self.trace is not None:
+            d["trace"] = dict(self.trace)
         return d

@@ -50,8 +50,21 @@ class Plan:
 Estimator = Callable[[Hardware, "Strategy | None"], Estimate]
 
 
-def make_estimator(job: Job, catalog: Catalog, *, efficiency_for: Callable[[Hardware], float | None] | None = None) -> Estimator:
-    """A function (hardware, strategy) → Estimate for ``job``, with its model resolved once."""
+def make_estimator(
+    job: Job,
+    catalog: Catalog,
+    *,
+    efficiency_for: Callable[[Hardware], float | None] | None = None,
+    trace: bool = False,
+) -> Estimator:
+    """A function (hardware, strategy) → Estimate for ``job``, with its model resolved (or traced) once.
+
+    ``trace`` estimates a transformer from a trace of its real (Hugging Face) model instead of the formulas.
+    """
+    if isinstance(job, TransformerJob) and trace:
+        from trainplan.estimate.torchjob import make_traced_transformer_estimator
+
+        return make_traced_transformer_estimator(job, catalog, efficiency_for=efficiency_for)
     if isinstance(job, TransformerJob):
         model: TransformerModel = resolve_transformer(job)
 
@@ -151,11 +164,12 @@ def plan_job(
     *,
     objective: Objective | str = Objective.COST,
     efficiency_for: Callable[[Hardware], float | None] | None = None,
+    trace: bool = False,
 ) -> Plan:
     """Estimate every catalog option for ``job`` and rank them."""
     cat = catalog or get_catalog()
     obj = Objective(objective)
-    est = make_estimator(job, cat, efficiency_for=efficiency_for)
+    est = make_estimator(job, cat, efficiency_for=efficiency_for, trace=trace)
     return rank((est(hw, s) for hw, s in candidates(job, cat)), job, obj)
 
 

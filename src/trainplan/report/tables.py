@@ -126,11 +126,19 @@ def estimate_panel(e: Estimate) -> Group:
         t.add_row(name, f"{val / GIB:.2f} GiB")
     if m.host:
         t.add_row("host RAM (offload)", f"{m.host / GIB:.1f} GiB per node")
+    if e.trace:
+        tr = e.trace
+        t.add_row("traced step", f"{tr['flops_forward']:.3e} forward + {tr['flops_backward']:.3e} backward + "
+                  f"{tr['flops_recompute']:.3e} recompute FLOPs per micro-batch")  # fmt: skip
+        cats = ", ".join(f"{k} {v:.2f}" for k, v in tr["at_peak_gib"].items())
+        t.add_row("traced peak", f"{tr['single_device_peak_gib']:.2f} GiB on one device, during {tr['peak_phase']} ({cats} GiB)")
     if e.flops_per_step:
         t.add_row("FLOPs per step", f"{e.flops_per_step:.3e} per device")
     t.add_row("step time", _step(e.step_time_s) + "  " + ", ".join(f"{k} {v:.3g}" for k, v in e.time_breakdown.items()))
     t.add_row("steps", f"{e.steps:,}")
-    unit_tp = "tokens/s" if e.throughput_unit == "tokens_per_s" else "rows/s"
+    unit_tp = {"tokens_per_s": "tokens/s", "samples_per_s": "samples/s"}.get(e.throughput_unit, e.throughput_unit)
+    if e.kind == "tabular":
+        unit_tp = "rows/s"
     t.add_row("throughput", f"{e.throughput:,.0f} {unit_tp}")
     if e.mfu is not None:
         t.add_row("MFU", f"{e.mfu:.1%}")

@@ -1,0 +1,556 @@
+#!/usr/bin/env python
+"""Validate traced memory and step-time predictions on one CUDA GPU.
+
+For each configuration of a grid (GPT-2 124M-1.5B and LLaMA-style 1B-7B
+layouts with random weights, a ResNet and a U-Net; full fine-tuning and LoRA;
+bf16 mixed precision; activation checkpointing off / full / selective; several
+micro-batches; sequence 512-2048) it
+
+1. traces one training step on the fake device with
+   ``trainplan.estimate.trace.trace_training_step(device="cuda")`` (on CPU, in
+   a pool of worker processes, before the GPU is touched);
+2. runs the real step on the GPU with a plain training loop (autocast bf16,
+   ``loss.backward()``, ``optimizer.step()``, ``zero_grad(set_to_none=True)``):
+   2 warm-up steps, then 3 timed steps, after ``torch.cuda.reset_peak_memory_stats()``;
+3. compares the traced peak with ``torch.cuda.max_memory_allocated()`` and the
+   predicted step time with the measured one.
+
+Step time is predicted as ``flops_per_step / (peak_flops * efficiency)``.
+``peak_flops`` is the GPU's dense bf16 tensor peak, looked up from
+``torch.cuda.get_device_name()`` in :data:`PEAK_TFLOPS` (NVIDIA datasheets) or
+given with ``--peak-tflops``; ``efficiency`` is calibrated on this GPU as the
+mean achieved fraction of peak over the first ``--calibrate`` (2) measured
+configurations, which are then left out of the time-error statistics.
+
+Configurations that run out of memory are recorded as ``oom``; the run stops
+starting new configurations when ``--time-budget-s`` is spent (default 420 s, so
+the whole script stays under 8 minutes on one H200).  ``--dry-run`` traces on
+CPU only and prints predictions (no CUDA needed).
+
+Needs only torch and transformers; trainplan is imported from ``src/`` of this
+repository.  Usage::
+
+    python benchmarks/gpu_validate.py --out gpu_validate.json
+    python benchmarks/gpu_validate.py --dry-run --limit 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+from trainplan.estimate.trace import build_hf_causal_lm, trace_training_step  # noqa: E402
+from trainplan.estimate.trace_setup import make_inputs, make_optimizer, prepare_model  # noqa: E402
+from trainplan.spec import Checkpointing, InputSpec, LoraSpec, Optimizer, Precision  # noqa: E402
+
+# Dense bf16 tensor-core peak in TFLOP/s, from NVIDIA's datasheets (without sparsity):
+# H100 SXM and H200 SXM 989; A100 312; L40S 362; L4 121; RTX 4090 165 (fp32 accumulate).
+PEAK_TFLOPS: dict[str, float] = {
+    "H200": 989.0,
+    "H100": 989.0,
+    "A100": 312.0,
+    "L40S": 362.0,
+    "L4": 121.0,
+    "4090": 165.0,
+}
+DEFAULT_PEAK_TFLOPS = 989.0
+
+# --------------------------------------------------------------------------- models
+
+HF_MODELS: dict[str, dict[str, Any]] = {
+    # GPT-2 family (Radford et al. 2019, Table 2); vocab 50257, context 1024 (2048 here to allow longer runs).
+    "gpt2-124m": dict(model_type="gpt2", n_embd=768, n_layer=12, n_head=12, vocab_size=50257, n_positions=2048),
+    "gpt2-355m": dict(model_type="gpt2", n_embd=1024, n_layer=24, n_head=16, vocab_size=50257, n_positions=2048),
+    "gpt2-774m": dict(model_type="gpt2", n_embd=1280, n_layer=36, n_head=20, vocab_size=50257, n_positions=2048),
+    "gpt2-1.5b": dict(model_type="gpt2", n_embd=1600, n_layer=48, n_head=25, vocab_size=50257, n_positions=2048),
+    # LLaMA-style layouts: TinyLlama-1.1B, OpenLLaMA-3B, LLaMA-7B (Touvron et al. 2023, Table 2).
+    "llama-1b": dict(
+        model_type="llama",
+        hidden_size=2048,
+        intermediate_size=5632,
+        num_hidden_layers=22,
+        num_attention_heads=32,
+        num_key_value_heads=4,
+        vocab_size=32000,
+        max_position_embeddings=2048,
+    ),
+    "llama-3b": dict(
+        model_type="llama",
+        hidden_size=3200,
+        intermediate_size=8640,
+        num_hidden_layers=26,
+        num_attention_heads=32,
+        num_key_value_heads=32,
+        vocab_size=32000,
+        max_position_embeddings=2048,
+    ),
+    "llama-7b": dict(
+        model_type="llama",
+        hidden_size=4096,
+        intermediate_size=11008,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=32,
+        vocab_size=32000,
+        max_position_embeddings=2048,
+    ),
+}
+for _cfg in HF_MODELS.values():
+    if _cfg["model_type"] == "gpt2":
+        _cfg.update(bos_token_id=0, eos_token_id=0)
+
+
+class _BasicBlock(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.skip = (
+            nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+            if stride != 1 or cin != cout
+            else nn.Identity()
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(y)) + self.skip(x))
+
+
+class ResNet18(nn.Module):
+    """ResNet-18 (He et al. 2016, Table 1), 1000 classes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2, 1)
+        )
+        widths = [64, 128, 256, 512]
+        blocks: list[nn.Module] = []
+        cin = 64
+        for i, w in enumerate(widths):
+            blocks += [_BasicBlock(cin, w, 1 if i == 0 else 2), _BasicBlock(w, w, 1)]
+            cin = w
+        self.layers = nn.Sequential(*blocks)
+        self.head = nn.Linear(512, 1000)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(self.layers(self.stem(x)), 1), 1))
+
+
+class UNet(nn.Module):
+    """A 4-level U-Net (Ronneberger et al. 2015) with base width 32."""
+
+    def __init__(self, c: int = 32) -> None:
+        super().__init__()
+
+        def block(i: int, o: int) -> nn.Module:
+            return nn.Sequential(nn.Conv2d(i, o, 3, padding=1), nn.ReLU(), nn.Conv2d(o, o, 3, padding=1), nn.ReLU())
+
+        self.down = nn.ModuleList([block(3, c), block(c, 2 * c), block(2 * c, 4 * c), block(4 * c, 8 * c)])
+        self.up = nn.ModuleList([block(16 * c, 4 * c), block(8 * c, 2 * c), block(4 * c, c), block(2 * c, c)])
+        self.mid = block(8 * c, 8 * c)
+        self.out = nn.Conv2d(c, 1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        skips = []
+        for b in self.down:
+            x = b(x)
+            skips.append(x)
+            x = nn.functional.max_pool2d(x, 2)
+        x = self.mid(x)
+        for b in self.up:
+            x = nn.functional.interpolate(x, scale_factor=2.0)
+            x = b(torch.cat([x, skips.pop()], dim=1))
+        return self.out(x)
+
+
+def build_model(name: str) -> nn.Module:
+    if name in HF_MODELS:
+        return build_hf_causal_lm(HF_MODELS[name])
+    if name == "resnet18":
+        return ResNet18()
+    if name == "unet":
+        return UNet()
+    raise ValueError(f"unknown model {name!r}")
+
+
+# --------------------------------------------------------------------------- grid
+
+
+@dataclass(frozen=True)
+class Config:
+    model: str
+    micro_batch: int
+    seq: int = 0  # tokens per sample (language models) or image side (vision models)
+    lora: bool = False
+    checkpointing: str = "none"
+    precision: str = "bf16"
+    optimizer: str = "adamw"
+
+    @property
+    def name(self) -> str:
+        method = "lora" if self.lora else "full"
+        shape = f"{'seq' if self.is_lm else 'img'}{self.seq}"
+        return f"{self.model} {method} mb{self.micro_batch} {shape} ckpt-{self.checkpointing}"
+
+    @property
+    def is_lm(self) -> bool:
+        return self.model in HF_MODELS
+
+    @property
+    def loss(self) -> str:
+        return "cross_entropy" if self.model != "unet" else "mse"
+
+    def inputs(self) -> tuple[InputSpec, ...]:
+        if self.is_lm:
+            vocab = HF_MODELS[self.model]["vocab_size"]
+            return (InputSpec(shape=(self.seq,), dtype="int64", high=vocab),)
+        return (InputSpec(shape=(3, self.seq, self.seq)),)
+
+    def lora_spec(self) -> LoraSpec | None:
+        if not self.lora:
+            return None
+        targets = ("q_proj", "k_proj", "v_proj", "o_proj") if self.model.startswith("llama") else ("all-linear",)
+        return LoraSpec(rank=16, targets=targets)
+
+
+GRID: tuple[Config, ...] = (
+    # calibration configs first: mid-size, compute-bound
+    Config("gpt2-355m", 8, 1024),
+    Config("llama-1b", 4, 2048, checkpointing="full"),
+    Config("gpt2-124m", 8, 1024),
+    Config("gpt2-124m", 16, 1024, checkpointing="full"),
+    Config("gpt2-124m", 8, 512, precision="fp32"),
+    Config("gpt2-124m", 8, 2048, lora=True),
+    Config("gpt2-355m", 4, 1024, checkpointing="full"),
+    Config("gpt2-355m", 8, 1024, lora=True),
+    Config("gpt2-774m", 4, 1024),
+    Config("gpt2-774m", 8, 1024, checkpointing="full"),
+    Config("gpt2-774m", 8, 1024, lora=True, checkpointing="full"),
+    Config("gpt2-1.5b", 2, 1024),
+    Config("gpt2-1.5b", 8, 1024, checkpointing="full"),
+    Config("gpt2-1.5b", 4, 1024, lora=True),
+    Config("gpt2-1.5b", 8, 2048, lora=True, checkpointing="full"),
+    Config("llama-1b", 2, 2048),
+    Config("llama-1b", 4, 2048, checkpointing="selective"),
+    Config("llama-1b", 8, 1024, lora=True),
+    Config("llama-1b", 8, 2048, lora=True, checkpointing="full"),
+    Config("llama-3b", 2, 512),
+    Config("llama-3b", 2, 2048, checkpointing="full"),
+    Config("llama-3b", 2, 2048, lora=True),
+    Config("llama-3b", 4, 2048, lora=True, checkpointing="selective"),
+    Config("llama-7b", 1, 512, checkpointing="full"),
+    Config("llama-7b", 1, 2048, lora=True),
+    Config("llama-7b", 2, 2048, lora=True, checkpointing="full"),
+    Config("llama-7b", 4, 1024, lora=True, checkpointing="full"),
+    Config("llama-7b", 8, 512, lora=True, checkpointing="selective"),
+    Config("resnet18", 128, 224),
+    Config("resnet18", 256, 224, checkpointing="full"),
+    Config("unet", 16, 256),
+    Config("unet", 32, 256, checkpointing="full"),
+)
+
+# --------------------------------------------------------------------------- trace
+
+
+@dataclass
+class Row:
+    config: str
+    status: str = "pending"  # ok | oom | error | skipped | traced
+    predicted_peak_bytes: int = 0
+    predicted_peak_phase: str = ""
+    flops_per_step: float = 0.0
+    trace_seconds: float = 0.0
+    measured_peak_bytes: int | None = None
+    peak_error: float | None = None
+    measured_step_seconds: float | None = None
+    predicted_step_seconds: float | None = None
+    time_error: float | None = None
+    calibration: bool = False
+    note: str = ""
+    breakdown: dict[str, int] = field(default_factory=dict)
+
+
+def trace_config(cfg: Config) -> dict[str, Any]:
+    """Trace one configuration on the fake device (CPU); returns a plain dict (picklable)."""
+    start = time.perf_counter()
+    r = trace_training_step(
+        lambda: build_model(cfg.model),
+        cfg.inputs(),
+        micro_batch=cfg.micro_batch,
+        precision=cfg.precision,
+        optimizer=cfg.optimizer,
+        activation_checkpointing=cfg.checkpointing,
+        loss=cfg.loss,
+        lora=cfg.lora_spec(),
+        device="cuda",
+    )
+    return {
+        "peak": r.peak_bytes,
+        "phase": r.peak_phase,
+        "flops": r.flops_per_step,
+        "seconds": time.perf_counter() - start,
+        "breakdown": asdict(r.at_peak),
+    }
+
+
+def trace_all(configs: Sequence[Config], workers: int) -> list[dict[str, Any] | str]:
+    """Trace every configuration; an error becomes its one-line message."""
+
+    def safe(cfg: Config) -> dict[str, Any] | str:
+        try:
+            return trace_config(cfg)
+        except Exception as exc:  # noqa: BLE001 - recorded per configuration
+            return f"{type(exc).__name__}: {exc}".splitlines()[0]
+
+    if workers <= 1:
+        return [safe(c) for c in configs]
+    out: list[dict[str, Any] | str] = []
+    with ProcessPoolExecutor(
+        max_workers=workers, mp_context=get_context("spawn"), initializer=torch.set_num_threads, initargs=(1,)
+    ) as pool:
+        futures = [pool.submit(trace_config, c) for c in configs]
+        for f in futures:
+            try:
+                out.append(f.result())
+            except Exception as exc:  # noqa: BLE001
+                out.append(f"{type(exc).__name__}: {exc}".splitlines()[0])
+    return out
+
+
+# --------------------------------------------------------------------------- measure
+
+
+def measure_on_gpu(cfg: Config, warmup: int = 2, timed: int = 3) -> tuple[int, float]:
+    """(max_memory_allocated over the timed steps, mean seconds per step) of the real step.
+
+    The model, optimizer and batch are locals: they are freed when this returns
+    (the caller then empties the CUDA cache before the next configuration).
+    """
+    precision = Precision(cfg.precision)
+    with torch.device("cuda"):
+        model = build_model(cfg.model)
+        model = prepare_model(
+            model, precision=precision, checkpointing=Checkpointing(cfg.checkpointing), lora=cfg.lora_spec()
+        ).model
+        (x,) = make_inputs(cfg.inputs(), cfg.micro_batch)
+        target = x  # language models: the labels are the inputs
+        if cfg.model == "resnet18":
+            target = torch.zeros(cfg.micro_batch, dtype=torch.long)
+        elif cfg.model == "unet":
+            target = torch.zeros(cfg.micro_batch, 1, cfg.seq, cfg.seq)
+    opt = make_optimizer(model.parameters(), Optimizer(cfg.optimizer))  # PyTorch's CUDA default: foreach
+    autocast_on = precision in (Precision.BF16, Precision.FP16)
+    half = torch.float16 if precision is Precision.FP16 else torch.bfloat16
+
+    def step() -> None:
+        with torch.autocast("cuda", dtype=half, enabled=autocast_on):
+            if cfg.is_lm:
+                loss = model(input_ids=x, labels=target).loss
+            elif cfg.model == "resnet18":
+                loss = nn.functional.cross_entropy(model(x), target)
+            else:
+                loss = nn.functional.mse_loss(model(x), target)
+        loss.backward()
+        del loss
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    for _ in range(timed):
+        step()
+    end.record()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated(), begin.elapsed_time(end) / 1000 / timed
+
+
+def peak_tflops_for(device_name: str, override: float | None) -> float:
+    if override is not None:
+        return override
+    for key, value in PEAK_TFLOPS.items():
+        if key in device_name:
+            return value
+    return DEFAULT_PEAK_TFLOPS
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _fmt_pct(x: float | None) -> str:
+    return "" if x is None else f"{x:+.1%}"
+
+
+def summarize(rows: Sequence[Row]) -> dict[str, Any]:
+    mem = [abs(r.peak_error) for r in rows if r.peak_error is not None]
+    tim = [abs(r.time_error) for r in rows if r.time_error is not None and not r.calibration]
+    return {
+        "measured": len(mem),
+        "oom": sum(r.status == "oom" for r in rows),
+        "errors": sum(r.status == "error" for r in rows),
+        "skipped": sum(r.status == "skipped" for r in rows),
+        "peak_error_median": statistics.median(mem) if mem else None,
+        "peak_error_worst": max(mem) if mem else None,
+        "peak_within_10pct": sum(e <= 0.10 for e in mem),
+        "time_error_median": statistics.median(tim) if tim else None,
+        "time_error_worst": max(tim) if tim else None,
+        "time_within_15pct": sum(e <= 0.15 for e in tim),
+    }
+
+
+def print_table(rows: Sequence[Row]) -> None:
+    gib = 2**30
+    print(
+        f"{'configuration':44s} {'pred GiB':>9s} {'meas GiB':>9s} {'err':>7s} {'phase':>9s} "
+        f"{'pred ms':>8s} {'meas ms':>8s} {'err':>7s}  status"
+    )
+    for r in rows:
+        meas = "" if r.measured_peak_bytes is None else f"{r.measured_peak_bytes / gib:.2f}"
+        pms = "" if r.predicted_step_seconds is None else f"{r.predicted_step_seconds * 1e3:.0f}"
+        mms = "" if r.measured_step_seconds is None else f"{r.measured_step_seconds * 1e3:.0f}"
+        print(
+            f"{r.config:44s} {r.predicted_peak_bytes / gib:9.2f} {meas:>9s} {_fmt_pct(r.peak_error):>7s} "
+            f"{r.predicted_peak_phase:>9s} {pms:>8s} {mms:>8s} {_fmt_pct(r.time_error):>7s}  "
+            f"{r.status}{' (calibration)' if r.calibration else ''}{' ' + r.note if r.note else ''}"
+        )
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="gpu_validate.json", help="JSON file for the table")
+    parser.add_argument("--dry-run", action="store_true", help="trace on CPU only, print predictions, no CUDA")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N configurations")
+    parser.add_argument("--only", default=None, help="only configurations whose name contains this text")
+    parser.add_argument(
+        "--peak-tflops", type=float, default=None, help="dense bf16 peak of the GPU (default: by name, else 989)"
+    )
+    parser.add_argument("--calibrate", type=int, default=2, help="configurations that calibrate the efficiency")
+    parser.add_argument(
+        "--workers", type=int, default=None, help="processes for tracing (default: one per CPU, at most 8; 1 = in this process)"
+    )
+    parser.add_argument(
+        "--time-budget-s", type=float, default=420.0, help="start no new GPU run after this many seconds"
+    )
+    args = parser.parse_args(argv)
+
+    started = time.perf_counter()
+    configs = [c for c in GRID if args.only is None or args.only in c.name]
+    if args.limit is not None:
+        configs = configs[: args.limit]
+    if not args.dry_run and not torch.cuda.is_available():
+        print("no CUDA device; use --dry-run", file=sys.stderr)
+        return 2
+    workers = args.workers if args.workers is not None else min(8, os.cpu_count() or 1)
+
+    traced = trace_all(configs, workers)
+    rows: list[Row] = []
+    for cfg, t in zip(configs, traced, strict=True):
+        row = Row(cfg.name)
+        if isinstance(t, str):
+            row.status, row.note = "error", f"trace failed: {t}"
+        else:
+            row.status = "traced"
+            row.predicted_peak_bytes, row.predicted_peak_phase = int(t["peak"]), str(t["phase"])
+            row.flops_per_step, row.trace_seconds, row.breakdown = (
+                float(t["flops"]),
+                float(t["seconds"]),
+                t["breakdown"],
+            )
+        rows.append(row)
+    print(f"traced {len(configs)} configurations in {time.perf_counter() - started:.1f} s")
+
+    device_name = "cpu (dry run)"
+    peak_flops = peak_tflops_for("", args.peak_tflops) * 1e12
+    efficiency: float | None = None
+    if not args.dry_run:
+        device_name = torch.cuda.get_device_name()
+        peak_flops = peak_tflops_for(device_name, args.peak_tflops) * 1e12
+        achieved: list[float] = []
+        for cfg, row in zip(configs, rows, strict=True):
+            if row.status != "traced":
+                continue
+            if time.perf_counter() - started > args.time_budget_s:
+                row.status, row.note = "skipped", "time budget spent"
+                continue
+            failure = ""
+            try:
+                peak, seconds = measure_on_gpu(cfg)
+            except torch.cuda.OutOfMemoryError:
+                failure = "oom"
+            except Exception as exc:  # noqa: BLE001 - recorded per configuration
+                failure, row.note = "error", f"{type(exc).__name__}: {exc}".splitlines()[0]
+            gc.collect()  # free what the run held (a failed run's traceback is gone by now)
+            torch.cuda.empty_cache()
+            if failure:
+                row.status = failure
+                continue
+            row.status = "ok"
+            row.measured_peak_bytes, row.measured_step_seconds = peak, seconds
+            row.peak_error = (row.predicted_peak_bytes - peak) / peak
+            if len(achieved) < args.calibrate:
+                achieved.append(row.flops_per_step / seconds / peak_flops)
+                row.calibration = True
+                efficiency = statistics.mean(achieved)
+            if efficiency is not None:
+                row.predicted_step_seconds = row.flops_per_step / (peak_flops * efficiency)
+                row.time_error = (row.predicted_step_seconds - seconds) / seconds
+            print(f"  {row.config}: peak {_fmt_pct(row.peak_error)}, time {_fmt_pct(row.time_error)}", flush=True)
+        # calibration rows measured before the efficiency was final: recompute their prediction
+        if efficiency is not None:
+            for row in rows:
+                if row.measured_step_seconds is not None:
+                    row.predicted_step_seconds = row.flops_per_step / (peak_flops * efficiency)
+                    row.time_error = (
+                        row.predicted_step_seconds - row.measured_step_seconds
+                    ) / row.measured_step_seconds
+
+    print()
+    print(
+        f"device: {device_name}; peak {peak_flops / 1e12:.0f} TFLOP/s; "
+        f"efficiency {efficiency if efficiency is None else round(efficiency, 3)}"
+    )
+    print_table(rows)
+    summary = summarize(rows)
+    print()
+    print("summary:", json.dumps(summary))
+    print(f"total {time.perf_counter() - started:.1f} s")
+    report = {
+        "device": device_name,
+        "torch": torch.__version__,
+        "peak_tflops": peak_flops / 1e12,
+        "efficiency": efficiency,
+        "dry_run": args.dry_run,
+        "rows": [asdict(r) for r in rows],
+        "summary": summary,
+    }
+    Path(args.out).write_text(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
