@@ -8,7 +8,7 @@ from typing import Any
 
 from trainplan.catalog import Accelerator, CloudTerms, Instance
 from trainplan.estimate.memory import GIB, MemoryBreakdown
-from trainplan.strategies import Layout, Strategy
+from trainplan.strategies import Layout
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,24 @@ def billed_seconds(seconds: float, terms: CloudTerms | None) -> float:
     if terms.billing_increment_s > 0:
         s = math.ceil(s / terms.billing_increment_s - 1e-9) * terms.billing_increment_s
     return s
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Whole-job time and cost from steps × step time, the cloud's start-up and its billing terms."""
+
+    train_s: float
+    startup_s: float
+    cost_usd: float
+
+
+def job_timing(hw: Hardware, *, train_s: float) -> Timing:
+    """Start-up is billed too; cost = billed seconds × price × nodes (inf when the time is unknown)."""
+    startup = hw.terms.startup_s if hw.terms else 0.0
+    if train_s == float("inf"):
+        return Timing(train_s, startup, float("inf"))
+    billed = billed_seconds(train_s + startup, hw.terms)
+    return Timing(train_s, startup, billed / 3600.0 * hw.price_usd_per_h_per_node * hw.layout.nodes)
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from trainplan.catalog import Catalog
 from trainplan.catalog.loader import TabularRate
 from trainplan.errors import CatalogError
 from trainplan.estimate.memory import GIB, MemoryBreakdown
-from trainplan.estimate.result import Estimate, Hardware, billed_seconds
+from trainplan.estimate.result import Estimate, Hardware, job_timing
 from trainplan.spec import TabularJob, TabularLibrary
 
 GBDT = (TabularLibrary.XGBOOST, TabularLibrary.LIGHTGBM, TabularLibrary.SKLEARN_HGB)
@@ -172,9 +172,7 @@ def estimate_tabular(job: TabularJob, hw: Hardware, catalog: Catalog, *, ns_per_
             reason = f"binned data needs {gpu_bytes / GIB:.1f} GiB > {hw.accelerator.memory_gib:.0f} GiB GPU memory"
     if reason is None and mem.peak > capacity * GIB * catalog.assumption("host_ram_usable_fraction"):
         reason = f"needs {mem.peak / GIB:.1f} GiB RAM > {capacity:.0f} GiB on {hw.label}"
-    startup = hw.terms.startup_s if hw.terms else 0.0
-    billed = billed_seconds(train_s + startup, hw.terms)
-    cost = billed / 3600.0 * hw.price_usd_per_h_per_node * hw.layout.nodes
+    timing = job_timing(hw, train_s=train_s)
     samples = job.rows * folds  # rows fitted, all folds
     return Estimate(
         kind="tabular",
@@ -186,9 +184,9 @@ def estimate_tabular(job: TabularJob, hw: Hardware, catalog: Catalog, *, ns_per_
         capacity_gib=capacity,
         step_time_s=fit_s / max(1, job.trees),
         steps=job.trees * folds,
-        train_s=train_s,
-        startup_s=startup,
-        cost_usd=cost,
+        train_s=timing.train_s,
+        startup_s=timing.startup_s,
+        cost_usd=timing.cost_usd,
         throughput=samples / train_s if train_s > 0 else 0.0,
         throughput_unit="samples_per_s",
         mfu=None,

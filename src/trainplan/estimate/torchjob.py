@@ -22,7 +22,7 @@ from trainplan.estimate.memory import (
     step_peak,
     weight_bytes_per_param,
 )
-from trainplan.estimate.result import Estimate, Hardware, billed_seconds
+from trainplan.estimate.result import Estimate, Hardware, job_timing
 from trainplan.estimate.steptime import step_time as step_time_of
 from trainplan.spec import Method, ModelArch, TorchJob, TransformerJob
 from trainplan.strategies import Engine, Strategy
@@ -291,10 +291,7 @@ def estimate_traced(
         )  # fmt: skip
         step_time, mfu, breakdown = st.seconds, st.mfu, st.breakdown
         reason = reason or st.reason
-    train_s = steps * step_time
-    startup = hw.terms.startup_s if hw.terms else 0.0
-    billed = billed_seconds(train_s + startup, hw.terms) if train_s != float("inf") else float("inf")
-    cost = billed / 3600.0 * hw.price_usd_per_h_per_node * layout.nodes
+    timing = job_timing(hw, train_s=steps * step_time)
     samples = global_batch * (job.seq_len if isinstance(job, TransformerJob) else 1)
     return Estimate(
         kind=job.kind.value,
@@ -306,9 +303,9 @@ def estimate_traced(
         capacity_gib=capacity,
         step_time_s=step_time,
         steps=steps,
-        train_s=train_s,
-        startup_s=startup,
-        cost_usd=cost,
+        train_s=timing.train_s,
+        startup_s=timing.startup_s,
+        cost_usd=timing.cost_usd,
         throughput=samples / step_time if step_time not in (0.0, float("inf")) else 0.0,
         throughput_unit="tokens_per_s" if isinstance(job, TransformerJob) else "samples_per_s",
         mfu=mfu,

@@ -27,7 +27,7 @@ from trainplan.estimate.memory import (
     sharding_buffer_bytes,
     step_peak,
 )
-from trainplan.estimate.result import Estimate, Hardware, billed_seconds
+from trainplan.estimate.result import Estimate, Hardware, job_timing
 from trainplan.estimate.steptime import step_time as step_time_of
 from trainplan.spec import Checkpointing, FlashAttention, Method, ModelArch, Optimizer, Precision, TransformerJob
 from trainplan.strategies import Engine, Strategy
@@ -264,10 +264,7 @@ def estimate_transformer(
         if calibrated:
             notes.append(f"efficiency {eff:.2f} from a measured run")
 
-    train_s = steps * step_time
-    startup = hw.terms.startup_s if hw.terms else 0.0
-    billed = billed_seconds(train_s + startup, hw.terms) if train_s != float("inf") else float("inf")
-    cost = billed / 3600.0 * hw.price_usd_per_h_per_node * layout.nodes
+    timing = job_timing(hw, train_s=steps * step_time)
     tokens_per_s = global_batch * job.seq_len / step_time if step_time not in (0.0, float("inf")) else 0.0
     return Estimate(
         kind="transformer",
@@ -279,9 +276,9 @@ def estimate_transformer(
         capacity_gib=capacity,
         step_time_s=step_time,
         steps=steps,
-        train_s=train_s,
-        startup_s=startup,
-        cost_usd=cost,
+        train_s=timing.train_s,
+        startup_s=timing.startup_s,
+        cost_usd=timing.cost_usd,
         throughput=tokens_per_s,
         throughput_unit="tokens_per_s",
         mfu=mfu,
