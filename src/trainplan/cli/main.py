@@ -34,7 +34,7 @@ except ImportError:  # pragma: no cover - only while the run package is absent
 def main(argv: list[str] | None = None) -> int:
     """Entry point: user errors print one line to stderr and exit 2, never a traceback."""
     try:
-        app(args=argv, standalone_mode=False)
+        result = app(args=argv, standalone_mode=False)
     except TrainplanError as exc:
         typer.echo(f"error: {exc}", err=True)
         return exc.exit_code
@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
         typer.echo(f"error: {' '.join(str(message).split())}", err=True)
         return int(getattr(exc, "exit_code", 2) or 2)
-    return 0
+    # a command may return its exit code (e.g. `run` passes on a crashed script's code)
+    return result if isinstance(result, int) else 0
 
 
 if __name__ == "__main__":

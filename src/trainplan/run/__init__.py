@@ -1,0 +1,44 @@
+"""Run a planned job on this machine: ``trainplan run``.
+
+Public pieces:
+
+* :func:`execute` / :class:`RunRequest` / :class:`RunSummary` — the whole run as a library call;
+* :func:`render` / :func:`submit` / :class:`LaunchSpec` — launch as render + submit;
+* :func:`deepspeed_config` — the DeepSpeed JSON of a ZeRO strategy;
+* :func:`render_skypilot`, :func:`render_ray`, :func:`render_dask`,
+  :func:`render_deepspeed_multinode`, :func:`render_torchrun_multinode` —
+  render-only launches for clusters;
+* :data:`PREEMPTED_EXIT_CODE` — the exit code of a run stopped by SIGTERM.
+
+Importing this package imports nothing heavy; names load on first use.
+"""
+
+from importlib import import_module
+from typing import Any
+
+_EXPORTS = {
+    "PREEMPTED_EXIT_CODE": "trainplan.run.api",
+    "RunRequest": "trainplan.run.api",
+    "RunSummary": "trainplan.run.api",
+    "execute": "trainplan.run.api",
+    "render_dask": "trainplan.run.cluster",
+    "render_deepspeed_multinode": "trainplan.run.cluster",
+    "render_ray": "trainplan.run.cluster",
+    "render_skypilot": "trainplan.run.cluster",
+    "render_torchrun_multinode": "trainplan.run.cluster",
+    "RunConfig": "trainplan.run.config",
+    "LaunchSpec": "trainplan.run.launch",
+    "deepspeed_config": "trainplan.run.launch",
+    "render": "trainplan.run.launch",
+    "submit": "trainplan.run.launch",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    """Import the public names on first use (keeps ``import trainplan.run.files`` cheap and cycle-free)."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'trainplan.run' has no attribute {name!r}")
+    return getattr(import_module(module), name)

@@ -1,0 +1,458 @@
+"""``trainplan run`` as a library call: :func:`execute` a :class:`RunRequest`.
+
+Order of work: load and check the job (data file, target column, model
+factory, script) → probe the machine → choose the option → prepare the run
+directory → resolve the :class:`~trainplan.run.config.RunConfig` → render →
+submit (with a progress view) → read the workers' ``result.json`` → write
+``summary.json`` (measured against predicted) → record a calibration.
+
+Bad input raises :class:`~trainplan.errors.TrainplanError` before anything
+is launched or any file is touched.  A run that fails or is preempted still
+returns a :class:`RunSummary`; the run directory is always kept.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import re
+import signal
+import socket
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from trainplan.errors import SpecError, TrainplanError
+from trainplan.measure.calibration import Calibration, record_calibration
+from trainplan.measure.probe import Accelerator, Hardware, probe_hardware
+from trainplan.run.choose import Option, choose_option
+from trainplan.run.config import RunConfig
+from trainplan.run.files import write_json_atomic
+from trainplan.run.launch import DEFAULT_MAX_RESTARTS, LaunchSpec, deepspeed_config, render, submit
+from trainplan.run.predict import FIGURES, Prediction, relative_error
+from trainplan.run.rundir import RunPaths, prepare_run_dir
+from trainplan.spec import JobKind, Precision, TabularLibrary, load_job
+from trainplan.strategies import Engine, Strategy
+
+#: Exit code of a run stopped by SIGTERM after writing a checkpoint (EX_TEMPFAIL, sysexits.h: retry later).
+PREEMPTED_EXIT_CODE = 75
+#: Default time between checkpoints of neural runs, in minutes.
+DEFAULT_CHECKPOINT_MINUTES = 10.0
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What the user asked for on the command line."""
+
+    job_path: Path
+    out: Path
+    strategy: str | None = None
+    devices: int | None = None
+    steps: int | None = None
+    checkpoint_every: int | None = None
+    checkpoint_minutes: float | None = DEFAULT_CHECKPOINT_MINUTES
+    resume: bool = False
+    overwrite: bool = False
+    script: Path | None = None
+    script_args: tuple[str, ...] = ()
+    max_restarts: int = DEFAULT_MAX_RESTARTS
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """The outcome of a run: measurement against prediction."""
+
+    status: str  # "completed" | "preempted" | "failed"
+    out: Path
+    exit_code: int
+    kind: str
+    strategy: str
+    devices: int
+    accelerator: str
+    hardware_id: str
+    reason: str
+    measured: dict[str, float | None]
+    predicted: dict[str, float | None]
+    error: dict[str, float | None]
+    steps: int = 0
+    restarts: int = 0
+    precision: str | None = None
+    peak_method: str | None = None
+    prediction_note: str | None = None
+    message: str | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "out": str(self.out),
+            "exit_code": self.exit_code,
+            "kind": self.kind,
+            "strategy": self.strategy,
+            "devices": self.devices,
+            "accelerator": self.accelerator,
+            "hardware_id": self.hardware_id,
+            "reason": self.reason,
+            "measured": self.measured,
+            "predicted": self.predicted,
+            "error": self.error,
+            "steps": self.steps,
+            "restarts": self.restarts,
+            "precision": self.precision,
+            "peak_method": self.peak_method,
+            "prediction_note": self.prediction_note,
+            "message": self.message,
+            "notes": list(self.notes),
+        }
+
+
+# --------------------------------------------------------------------------- the job
+
+
+def apply_overrides(job: Any, steps: int | None) -> Any:
+    """The job with ``--steps`` applied (boosting rounds — trees, or solver iterations — for tabular jobs)."""
+    if steps is None:
+        return job
+    if steps < 1:
+        raise SpecError(f"must be >= 1, got {steps}", field="--steps")
+    data = job.model_dump()
+    if job.kind is JobKind.TABULAR:
+        data["iterations" if job.library is TabularLibrary.SKLEARN_LINEAR else "trees"] = steps
+    else:
+        data.update(steps=steps, epochs=None)
+        if job.kind is JobKind.TRANSFORMER:
+            data["tokens"] = None
+    return type(job).model_validate(data)
+
+
+def job_json(job: Any) -> dict[str, Any]:
+    """The job as JSON for ``run.json``; a transformer's preset is resolved to its architecture."""
+    if job.kind is JobKind.TRANSFORMER and isinstance(job.model, str):
+        from trainplan.run.workloads.transformer import resolve_arch
+
+        job = job.model_copy(update={"model": resolve_arch(job)})
+    return job.model_dump(mode="json", exclude_none=True)
+
+
+def check_job(job: Any, script: Path | None) -> Any:
+    """Reject bad input before launching; returns the job as the prediction should see it.
+
+    Tabular data is inspected (file, target column, classes) and the job's
+    ``rows`` / ``features`` replaced by the real ones.
+    """
+    if script is not None:
+        if not script.is_file():
+            raise SpecError(f"script not found: {script}", field="--script")
+        if script.suffix != ".py":
+            raise SpecError(f"must be a Python file (.py), got {script.name}", field="--script")
+    if job.kind is JobKind.TABULAR:
+        from trainplan.run.workloads.tabular import inspect_data
+
+        shape = inspect_data(job)
+        return job.model_copy(update={"rows": shape.rows, "features": shape.features})
+    if script is not None:
+        return job
+    from trainplan.run.workloads.common import RUNNABLE_OPTIMIZERS
+
+    if job.optimizer not in RUNNABLE_OPTIMIZERS:
+        allowed = ", ".join(o.value for o in RUNNABLE_OPTIMIZERS)
+        raise SpecError(f"trainplan run supports {allowed}; got {job.optimizer.value!r}", field="optimizer")
+    if job.kind is JobKind.TRANSFORMER:
+        from trainplan.run.workloads.transformer import check_supported, resolve_arch
+
+        check_supported(job, resolve_arch(job))
+        if job.data not in (None, "synthetic") and not Path(job.data).expanduser().is_file():
+            raise SpecError(f"data file not found: {job.data} (or use data: synthetic)", field="data")
+    else:
+        from trainplan.run.workloads.torchjob import check_loss, import_callable, is_import_path
+
+        import_callable(job.model, field="model")
+        check_loss(job.loss)
+        if job.data not in (None, "synthetic"):
+            if not is_import_path(job.data):
+                raise SpecError(
+                    f"for torch jobs, data is 'synthetic' or a data-set factory 'pkg.mod:fn', got {job.data!r}",
+                    field="data",
+                )
+            import_callable(job.data, field="data")
+    return job
+
+
+# --------------------------------------------------------------------------- the configuration
+
+
+def _precision(job: Any, accelerator: Accelerator, strategy: Strategy) -> tuple[str, tuple[str, ...]]:
+    asked = getattr(job, "precision", Precision.FP32)
+    if accelerator is not Accelerator.CUDA:
+        note = () if asked is Precision.FP32 else (f"precision {asked.value} runs as fp32 on {accelerator.value}",)
+        return "fp32", note
+    if asked in (Precision.BF16, Precision.BF16_PURE):
+        import torch
+
+        if not torch.cuda.is_bf16_supported():
+            return "fp16", (f"this GPU has no bf16; precision {asked.value} runs as fp16",)
+    if asked is Precision.BF16_PURE and strategy.engine is Engine.DEEPSPEED:
+        return "bf16", ("DeepSpeed keeps fp32 master weights: bf16-pure runs as bf16",)
+    return asked.value, ()
+
+
+def resolve_config(
+    job: Any,
+    option: Option,
+    paths: RunPaths,
+    request: RunRequest,
+) -> RunConfig:
+    """Everything the workers need, decided once."""
+    base: dict[str, Any] = dict(
+        job=job_json(job),
+        out_dir=str(paths.root.resolve()),
+        strategy=option.strategy.value,
+        accelerator=option.accelerator.value,
+        threads_per_process=option.threads_per_process,
+        script=str(request.script.resolve()) if request.script else None,
+    )
+    if job.kind is JobKind.TABULAR:
+        rounds = job.iterations if job.library is TabularLibrary.SKLEARN_LINEAR else job.trees
+        return RunConfig(
+            **base,
+            world_size=1,
+            total_steps=rounds * job.cv_folds,
+            parallel_fits=option.devices,
+            threads_per_fit=option.threads_per_process,
+        )
+    world = option.devices
+    micro = job.micro_batch
+    global_batch = job.global_batch or micro * world
+    if global_batch % (micro * world):
+        raise SpecError(
+            f"({global_batch}) must be a multiple of micro_batch × processes ({micro} × {world})", field="global_batch"
+        )
+    accum = global_batch // (micro * world)
+    precision, notes = _precision(job, option.accelerator, option.strategy)
+    ds = None
+    if option.strategy.engine is Engine.DEEPSPEED:
+        ds = deepspeed_config(
+            option.strategy,
+            micro_batch=micro,
+            grad_accum=accum,
+            world_size=world,
+            precision=precision,
+            accelerator=option.accelerator.value,
+        )
+    if request.checkpoint_every is not None and request.checkpoint_every < 1:
+        raise SpecError(f"must be >= 1, got {request.checkpoint_every}", field="--checkpoint-every")
+    return RunConfig(
+        **base,
+        world_size=world,
+        total_steps=job.total_steps(global_batch),
+        grad_accum=accum,
+        micro_batch=micro,
+        global_batch=global_batch,
+        precision=precision,
+        checkpoint_every=request.checkpoint_every,
+        checkpoint_minutes=request.checkpoint_minutes,
+        deepspeed=ds,
+        notes=notes,
+    )
+
+
+# --------------------------------------------------------------------------- results
+
+
+def last_error_line(log: Path) -> str | None:
+    """The most telling line at the end of a log: the last exception line, else the last text line."""
+    try:
+        lines = [ln.strip() for ln in log.read_text(encoding="utf-8", errors="replace").splitlines()]
+    except OSError:
+        return None
+    lines = [ln for ln in lines if ln and not ln.startswith("$ ") and not set(ln) <= set("=-*_ ")]
+    exc = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Failure))(:.*)?$")
+    for line in reversed(lines[-200:]):
+        if exc.match(line):
+            return line[:300]
+    return lines[-1][:300] if lines else None
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _throughput_key(kind: JobKind) -> str:
+    return "tokens_per_s" if kind is JobKind.TRANSFORMER else "rows_per_s"
+
+
+def _measured(kind: JobKind, result: dict[str, Any] | None) -> dict[str, float | None]:
+    keys = ("step_time_s", "peak_gib", _throughput_key(kind), "train_s", "final_loss")
+    got = (result or {}).get("measured", {})
+    return {k: got.get(k) for k in keys}
+
+
+def _predicted(kind: JobKind, prediction: Prediction) -> dict[str, float | None]:
+    figures = prediction.figures()
+    return {k: figures[k] for k in ("step_time_s", "peak_gib", _throughput_key(kind), "train_s", "final_loss")}
+
+
+def _read_result(paths: RunPaths) -> dict[str, Any] | None:
+    try:
+        return json.loads(paths.result.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def calibration_from(summary: RunSummary, job: Any, result: dict[str, Any]) -> Calibration:
+    """The calibration record of a completed run."""
+    kind = JobKind(summary.kind)
+    m = summary.measured
+    work = result.get("workload", {})
+    tflops = None
+    core_s = None
+    throughput = m.get(_throughput_key(kind))
+    if kind is JobKind.TRANSFORMER and throughput and work.get("flops_per_token"):
+        tflops = work["flops_per_token"] * throughput / summary.devices / 1e12
+    if kind is JobKind.TABULAR and job.library is not TabularLibrary.SKLEARN_LINEAR and m.get("train_s"):
+        units = sum(f["rows"] for f in result.get("folds", [])) * work["features"] * work["rounds_per_fit"] * work["depth"]
+        cores = work["parallel_fits"] * work["threads_per_fit"]
+        core_s = m["train_s"] * cores / units if units else None
+    unit = {JobKind.TRANSFORMER: "tokens/s", JobKind.TORCH: "samples/s", JobKind.TABULAR: "rows/s"}[kind]
+    return Calibration(
+        hardware_id=summary.hardware_id,
+        kind=kind.value,
+        key=job.library.value if kind is JobKind.TABULAR else summary.strategy,
+        devices=summary.devices,
+        step_time_s=m.get("step_time_s"),
+        throughput=throughput,
+        throughput_unit=unit,
+        peak_gib=m.get("peak_gib"),
+        achieved_tflops=tflops,
+        core_s_per_row_feature_tree_depth=core_s,
+        recorded_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        host=socket.gethostname() or platform.node(),
+        job_name=job.name,
+        run_dir=str(summary.out),
+    )
+
+
+# --------------------------------------------------------------------------- the whole run
+
+
+def plan_launch(request: RunRequest) -> tuple[Any, Hardware, Option, RunPaths, RunConfig, LaunchSpec]:
+    """Everything up to (not including) the launch: checks, choice, run directory, rendered command."""
+    job = apply_overrides(load_job(request.job_path), request.steps)
+    job_for_prediction = check_job(job, request.script)
+    hw = probe_hardware(use_gpus=job.kind is not JobKind.TABULAR)
+    strategy, devices = request.strategy, request.devices
+    previous = _previous_config(request)
+    if previous is not None:  # a resumed run keeps its layout unless told otherwise
+        strategy = strategy or (previous.strategy if job.kind is not JobKind.TABULAR else None)
+        devices = devices or (previous.parallel_fits if job.kind is JobKind.TABULAR else previous.world_size)
+    option = choose_option(job_for_prediction, hw, strategy=strategy, devices=devices)
+    if previous is not None and job.kind is not JobKind.TABULAR and (
+        previous.strategy != option.strategy.value or previous.world_size != option.devices
+    ):
+        raise SpecError(
+            f"the run was started with {previous.strategy} on {previous.world_size} process(es); "
+            f"resume it with the same --strategy and --devices",
+            field="--resume",
+        )
+    paths = prepare_run_dir(request.out, job=job_json(job), resume=request.resume, overwrite=request.overwrite)
+    config = resolve_config(job, option, paths, request)
+    spec = render(config, script=request.script, script_args=request.script_args, max_restarts=request.max_restarts)
+    if not paths.job.exists():
+        paths.job.write_text(request.job_path.read_text(encoding="utf-8"), encoding="utf-8")
+    return job, hw, option, paths, config, spec
+
+
+def _previous_config(request: RunRequest) -> RunConfig | None:
+    if not request.resume:
+        return None
+    path = RunPaths(request.out).run_config
+    return RunConfig.read(path) if path.exists() else None
+
+
+def execute(
+    request: RunRequest,
+    *,
+    progress: bool = True,
+    on_planned: Callable[[Option, RunConfig, LaunchSpec], None] | None = None,
+) -> RunSummary:
+    """Run ``request`` to the end (or to preemption / failure) and summarise it."""
+    job, hw, option, paths, config, spec = plan_launch(request)
+    if on_planned is not None:
+        on_planned(option, config, spec)
+    paths.result.unlink(missing_ok=True)
+    view = None
+    if progress:
+        from trainplan.run.progress import ProgressView
+
+        label = f"{job.name} · {option.strategy.value if job.kind is not JobKind.TABULAR else job.library.value}"
+        view = ProgressView(paths.metrics, config.total_steps, description=label)
+    started = time.perf_counter()
+    try:
+        rc = submit(spec, log_path=paths.log, poll=view.refresh if view else None)
+    finally:
+        if view is not None:
+            view.close()
+    result = _read_result(paths)
+    if result is None and rc == 0 and request.script is not None:
+        # a script that does not use trainplan.runtime: only its wall time is known
+        result = {"status": "completed", "measured": {"train_s": time.perf_counter() - started}}
+    status = (result or {}).get("status", "failed")
+    message = None
+    if status == "completed" and rc != 0:
+        status = "failed"  # the workers finished but the launcher did not exit cleanly
+    if status == "failed":
+        why = last_error_line(paths.log)
+        who = f"script {request.script.name}" if request.script else "training"
+        how = f"was killed by {_signal_name(-rc)}" if rc < 0 else f"failed with exit code {rc}"
+        message = f"{who} {how}" + (f": {why}" if why else "") + f" (log: {paths.log})"
+        exit_code = rc if rc > 0 else 1
+    else:
+        exit_code = 0 if status == "completed" else PREEMPTED_EXIT_CODE
+        if status == "preempted":
+            message = (
+                f"preempted at step {(result or {}).get('steps', 0)}: checkpoint written; "
+                f"continue with --resume --out {paths.root}"
+            )
+    kind = job.kind
+    measured = _measured(kind, result)
+    predicted = _predicted(kind, option.prediction)
+    summary = RunSummary(
+        status=status,
+        out=paths.root,
+        exit_code=exit_code,
+        kind=kind.value,
+        strategy=option.strategy.value,
+        devices=option.devices,
+        accelerator=option.accelerator.value,
+        hardware_id=hw.hardware_id,
+        reason=option.reason,
+        measured=measured,
+        predicted=predicted,
+        error={k: relative_error(measured[k], predicted[k]) for k in measured if k in FIGURES},
+        steps=int((result or {}).get("steps", 0)),
+        restarts=int((result or {}).get("restarts", 0)),
+        precision=(result or {}).get("precision", config.precision),
+        peak_method=(result or {}).get("peak_method"),
+        prediction_note=option.prediction.note,
+        message=message,
+        notes=config.notes,
+    )
+    write_json_atomic(paths.summary, summary.to_json())
+    if status == "completed" and result is not None and request.script is None:
+        try:
+            record_calibration(calibration_from(summary, job, result))
+        except TrainplanError as exc:
+            summary = _with_note(summary, f"calibration not recorded: {exc}")
+            write_json_atomic(paths.summary, summary.to_json())
+    return summary
+
+
+def _with_note(summary: RunSummary, note: str) -> RunSummary:
+    from dataclasses import replace
+
+    return replace(summary, notes=(*summary.notes, note))

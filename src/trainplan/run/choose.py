@@ -1,0 +1,149 @@
+"""Choose what to run on this machine: strategy, processes, threads.
+
+With no ``--strategy``, the candidates this machine can run are priced by the
+planner (:mod:`trainplan.run.predict`) and the fastest one whose predicted
+peak fits a device is taken; without predictions the default is one process
+(``single``) on one device, or DDP over every GPU.  A named strategy is
+checked against what the machine and the installed packages allow.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from trainplan.errors import SpecError
+from trainplan.measure.probe import Accelerator, Hardware
+from trainplan.run.predict import Prediction, predict
+from trainplan.spec import JobKind, Precision
+from trainplan.strategies import Engine, Strategy, strategies_for
+
+#: Processes a multi-process strategy gets on a CPU when --devices is not given.
+CPU_DEFAULT_PROCESSES = 2
+
+Predictor = Callable[[Any, str, int, str], Prediction]
+
+
+@dataclass(frozen=True)
+class Option:
+    """What a run will use."""
+
+    strategy: Strategy  # SINGLE for tabular jobs
+    devices: int  # GPUs, or processes on CPU; parallel fits for tabular jobs
+    accelerator: Accelerator
+    threads_per_process: int
+    reason: str
+    prediction: Prediction
+
+
+def max_devices(hw: Hardware) -> int:
+    """GPUs on CUDA, 1 on MPS, cores on CPU."""
+    if hw.accelerator is Accelerator.CUDA:
+        return len(hw.gpus)
+    if hw.accelerator is Accelerator.MPS:
+        return 1
+    return hw.cpu_cores
+
+
+def _unit(hw: Hardware) -> str:
+    return {Accelerator.CUDA: "GPU", Accelerator.MPS: "MPS device", Accelerator.CPU: "core"}[hw.accelerator]
+
+
+def deepspeed_installed() -> bool:
+    return importlib.util.find_spec("deepspeed") is not None
+
+
+def check_strategy(strategy: Strategy, devices: int, hw: Hardware, job: Any) -> None:
+    """Raise :class:`SpecError` when ``strategy`` on ``devices`` cannot run here."""
+    if hw.accelerator is Accelerator.MPS and strategy is not Strategy.SINGLE:
+        raise SpecError(f"{strategy.value} does not run on Apple MPS; use single", field="--strategy")
+    if strategy is Strategy.SINGLE and devices > 1:
+        raise SpecError(
+            f"single runs one process; for --devices {devices} choose ddp, fsdp, fsdp-grad-op or zero1/2/3",
+            field="--strategy",
+        )
+    if strategy.multi_device_only and devices < 2:
+        raise SpecError(f"{strategy.value} needs --devices 2 or more (got {devices})", field="--devices")
+    if strategy.engine is Engine.DEEPSPEED and not deepspeed_installed():
+        raise SpecError(f"{strategy.value} needs DeepSpeed: pip install 'trainplan[deepspeed]'", field="--strategy")
+    if (
+        strategy.engine is Engine.FSDP
+        and hw.accelerator is Accelerator.CUDA
+        and getattr(job, "precision", None) is Precision.FP16
+    ):
+        raise SpecError("fp16 with fsdp is not supported by trainplan run; use bf16", field="precision")
+
+
+def _threads(hw: Hardware, processes: int) -> int:
+    return max(1, hw.cpu_cores // max(1, processes))
+
+
+def choose_option(
+    job: Any,
+    hw: Hardware,
+    *,
+    strategy: str | None = None,
+    devices: int | None = None,
+    predictor: Predictor = predict,
+) -> Option:
+    """The option to run ``job`` with on ``hw`` (see the module docstring)."""
+    if devices is not None and devices < 1:
+        raise SpecError(f"must be >= 1, got {devices}", field="--devices")
+    limit = max_devices(hw)
+    if devices is not None and devices > limit:
+        raise SpecError(f"this machine has {limit} {_unit(hw)}{'s' if limit != 1 else ''}; got {devices}", field="--devices")
+    if job.kind is JobKind.TABULAR:
+        return _choose_tabular(job, hw, strategy, devices, predictor)
+    if strategy is not None:
+        chosen = Strategy.parse(strategy)
+        n = devices or (1 if not chosen.multi_device_only else _default_processes(hw))
+        check_strategy(chosen, n, hw, job)
+        return Option(chosen, n, hw.accelerator, _threads(hw, n), "named with --strategy", predictor(job, chosen.value, n, hw.hardware_id))
+    n = devices or (limit if hw.accelerator is Accelerator.CUDA else 1)
+    candidates = [Strategy.SINGLE] if n == 1 and hw.accelerator is not Accelerator.CUDA else list(strategies_for(n))
+    if hw.accelerator is Accelerator.MPS:
+        candidates = [Strategy.SINGLE]
+    runnable = []
+    for cand in candidates:
+        try:
+            check_strategy(cand, n, hw, job)
+        except SpecError:
+            continue
+        runnable.append(cand)
+    priced = [(c, predictor(job, c.value, n, hw.hardware_id)) for c in runnable]
+    fits = [(c, p) for c, p in priced if p.peak_gib is None or p.peak_gib <= hw.device_memory_gib]
+    timed = [(c, p) for c, p in fits if p.train_s is not None]
+    if timed:
+        best, pred = min(timed, key=lambda cp: cp[1].train_s)  # type: ignore[arg-type, return-value]
+        return Option(best, n, hw.accelerator, _threads(hw, n), "fastest predicted option that fits", pred)
+    if not fits and priced:
+        smallest = min(p.peak_gib for _, p in priced if p.peak_gib is not None)
+        raise SpecError(
+            f"no strategy fits: the smallest predicted peak is {smallest:.1f} GiB per device, "
+            f"this machine has {hw.device_memory_gib:.1f} GiB",
+            field="--strategy",
+        )
+    default = Strategy.SINGLE if n == 1 else Strategy.DDP
+    pred = dict(priced).get(default) or predictor(job, default.value, n, hw.hardware_id)
+    return Option(default, n, hw.accelerator, _threads(hw, n), "default (no predicted time to compare)", pred)
+
+
+def _default_processes(hw: Hardware) -> int:
+    if hw.accelerator is Accelerator.CUDA:
+        return len(hw.gpus)
+    return min(CPU_DEFAULT_PROCESSES, hw.cpu_cores) if hw.cpu_cores >= 2 else 2
+
+
+def _choose_tabular(job: Any, hw: Hardware, strategy: str | None, devices: int | None, predictor: Predictor) -> Option:
+    if strategy not in (None, Strategy.SINGLE.value):
+        raise SpecError(
+            "applies to transformer and torch jobs; tabular jobs fit their folds in parallel on all cores "
+            "(use --devices to cap the parallel fits)",
+            field="--strategy",
+        )
+    from trainplan.run.workloads.tabular import parallelism
+
+    parallel, threads = parallelism(job.cv_folds, hw.cpu_cores, devices)
+    pred = predictor(job, Strategy.SINGLE.value, parallel, hw.hardware_id)
+    return Option(Strategy.SINGLE, parallel, Accelerator.CPU, threads, f"{parallel} parallel fits × {threads} threads", pred)

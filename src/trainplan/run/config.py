@@ -1,0 +1,98 @@
+"""The resolved configuration of one run, shared by the launcher and the workers.
+
+``trainplan run`` resolves everything (strategy, processes, batch split,
+precision, DeepSpeed config) once, in the parent process, and writes it as
+``run.json`` in the run directory.  Workers — the built-in ones and a user's
+script through :mod:`trainplan.runtime` — read it back from the path in
+``$TRAINPLAN_RUN_CONFIG``; they never re-decide anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from trainplan.errors import TrainplanError
+
+CONFIG_ENV = "TRAINPLAN_RUN_CONFIG"
+CONFIG_VERSION = 1
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a worker needs to know about its run.
+
+    ``job`` is the job as JSON (a transformer's preset already resolved to an
+    inline architecture), re-validated by :meth:`load_job`.
+    """
+
+    job: dict[str, Any]
+    out_dir: str
+    strategy: str  # Strategy value; "single" for tabular jobs
+    world_size: int  # processes
+    accelerator: str  # "cuda" | "mps" | "cpu"
+    threads_per_process: int
+    total_steps: int
+    grad_accum: int = 1
+    micro_batch: int = 1
+    global_batch: int = 1
+    precision: str = "fp32"  # the precision actually used (fp32 on CPU)
+    checkpoint_every: int | None = None  # steps
+    checkpoint_minutes: float | None = None
+    keep_checkpoints: int = 2
+    deepspeed: dict[str, Any] | None = None
+    parallel_fits: int = 1  # tabular: fits run at once
+    threads_per_fit: int = 1  # tabular: library threads per fit
+    script: str | None = None
+    version: int = CONFIG_VERSION
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def dist_backend(self) -> str:
+        """``nccl`` on CUDA, else ``gloo``."""
+        return "nccl" if self.accelerator == "cuda" else "gloo"
+
+    def load_job(self) -> Any:
+        """The job, validated again by the spec."""
+        from trainplan.spec import parse_job
+
+        return parse_job(self.job, source=str(Path(self.out_dir) / "run.json"))
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["notes"] = list(self.notes)
+        return data
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "RunConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown or data.get("version") != CONFIG_VERSION:
+            raise TrainplanError(
+                f"run.json was written by another trainplan version (fields {sorted(unknown)}, "
+                f"version {data.get('version')}); start a new run with --overwrite"
+            )
+        kwargs = dict(data)
+        kwargs["notes"] = tuple(kwargs.get("notes", ()))
+        return cls(**kwargs)
+
+    @classmethod
+    def read(cls, path: str | Path) -> "RunConfig":
+        p = Path(path)
+        try:
+            data = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise TrainplanError(f"cannot read the run configuration: {exc}", source=str(p)) from None
+        return cls.from_json(data)
+
+    @classmethod
+    def from_env(cls) -> "RunConfig | None":
+        """The configuration named by ``$TRAINPLAN_RUN_CONFIG``, if set."""
+        path = os.environ.get(CONFIG_ENV)
+        return cls.read(path) if path else None

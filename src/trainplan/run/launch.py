@@ -1,0 +1,239 @@
+"""Launch = render + submit.
+
+:func:`render` turns a resolved :class:`~trainplan.run.config.RunConfig` into a
+:class:`LaunchSpec` — the argument list, the environment and the files to
+write — without starting anything, so every backend's command can be checked
+in tests.  :func:`submit` writes the files and runs the command as a child
+process (an argument list, never a shell string), forwarding SIGTERM/SIGINT to
+it so the workers can checkpoint.
+
+One process (``single``, tabular jobs) runs ``python -m trainplan.run.worker``
+(or the user's script) directly.  Everything else — DDP, FSDP, DeepSpeed,
+even on one device — runs under ``torchrun`` (``python -m
+torch.distributed.run``), which sets RANK/WORLD_SIZE/LOCAL_RANK, restarts the
+worker group after a failure (``--max-restarts``) and gives workers
+``--shutdown-timeout`` seconds to checkpoint after SIGTERM.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from trainplan.run.config import CONFIG_ENV, RunConfig
+from trainplan.run.files import write_text_atomic
+from trainplan.run.rundir import RunPaths
+from trainplan.strategies import Strategy
+
+#: Seconds torchrun waits for workers to checkpoint after SIGTERM before it kills them.
+SHUTDOWN_GRACE_S = 120
+#: Elastic restarts of the worker group after a worker dies (torchrun ``--max-restarts``).
+DEFAULT_MAX_RESTARTS = 2
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """A rendered launch: run ``argv`` with ``env`` added, after writing ``files``."""
+
+    argv: list[str]
+    env: dict[str, str]
+    files: dict[Path, str] = field(default_factory=dict)
+    cwd: Path | None = None
+
+    def describe(self) -> str:
+        """The command as one line, for logs (quoted for reading, never executed)."""
+        import shlex
+
+        return shlex.join(self.argv)
+
+
+def deepspeed_config(
+    strategy: Strategy,
+    *,
+    micro_batch: int,
+    grad_accum: int,
+    world_size: int,
+    precision: str,
+    accelerator: str,
+) -> dict[str, Any]:
+    """The DeepSpeed JSON for a ZeRO strategy.
+
+    The job's own torch optimizer is used, also with offload
+    (``zero_force_ds_cpu_optimizer: false``): DeepSpeed's CPU Adam would be
+    compiled with ninja on first use (about a minute).
+    """
+    zero: dict[str, Any] = {"stage": int(strategy.zero_stage)}
+    pin = accelerator == "cuda"
+    if strategy.offloads_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": pin}
+    if strategy.offloads_parameters:
+        zero["offload_param"] = {"device": "cpu", "pin_memory": pin}
+    cfg: dict[str, Any] = {
+        "train_micro_batch_size_per_gpu": micro_batch,
+        "gradient_accumulation_steps": grad_accum,
+        "train_batch_size": micro_batch * grad_accum * world_size,
+        "zero_optimization": zero,
+        "zero_force_ds_cpu_optimizer": False,
+        "zero_allow_untested_optimizer": True,
+        "steps_per_print": 2**31 - 1,
+        "wall_clock_breakdown": False,
+    }
+    if precision in ("bf16", "bf16-pure"):
+        cfg["bf16"] = {"enabled": True}
+    elif precision == "fp16":
+        cfg["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
+    return cfg
+
+
+def _python() -> str:
+    return sys.executable or "python3"
+
+
+def torchrun_args(
+    *,
+    nproc_per_node: int,
+    max_restarts: int,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    master_addr: str | None = None,
+    master_port: int = 29500,
+    rdzv_id: str = "trainplan",
+) -> list[str]:
+    """``python -m torch.distributed.run`` and its options, single- or multi-node."""
+    args = [_python(), "-m", "torch.distributed.run"]
+    if nnodes == 1 and master_addr is None:
+        args += ["--standalone", "--nnodes=1"]
+    else:
+        if master_addr is None:
+            raise ValueError("multi-node torchrun needs master_addr (the rendezvous host)")
+        args += [
+            f"--nnodes={nnodes}",
+            f"--node-rank={node_rank}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={master_addr}:{master_port}",
+            f"--rdzv-id={rdzv_id}",
+        ]
+    args += [
+        f"--nproc-per-node={nproc_per_node}",
+        f"--max-restarts={max_restarts}",
+        f"--shutdown-timeout={SHUTDOWN_GRACE_S}",
+    ]
+    return args
+
+
+def uses_torchrun(config: RunConfig) -> bool:
+    """Whether the run needs the distributed launcher (anything but one plain process)."""
+    return config.world_size > 1 or config.strategy != Strategy.SINGLE.value
+
+
+def render(
+    config: RunConfig,
+    *,
+    script: Path | None = None,
+    script_args: tuple[str, ...] = (),
+    max_restarts: int = DEFAULT_MAX_RESTARTS,
+) -> LaunchSpec:
+    """The command, environment and files that run ``config`` on this machine."""
+    paths = RunPaths(Path(config.out_dir))
+    target = [str(script), *script_args] if script is not None else ["-m", "trainplan.run.worker", str(paths.run_config)]
+    if uses_torchrun(config):
+        argv = torchrun_args(nproc_per_node=config.world_size, max_restarts=max_restarts)
+        argv += target if script is not None else ["--module", "trainplan.run.worker", str(paths.run_config)]
+    else:
+        argv = [_python(), *target]
+    env = {
+        CONFIG_ENV: str(paths.run_config),
+        "TRAINPLAN_RUN_DIR": str(paths.root),
+        "PYTHONUNBUFFERED": "1",
+    }
+    threads = config.threads_per_fit if config.job.get("kind") == "tabular" else config.threads_per_process
+    env["OMP_NUM_THREADS"] = str(threads)  # torchrun would otherwise force 1 per process
+    files = {paths.run_config: config.dumps()}
+    if config.deepspeed is not None:
+        import json
+
+        files[paths.ds_config] = json.dumps(config.deepspeed, indent=2, sort_keys=True) + "\n"
+        env["TRAINPLAN_DS_CONFIG"] = str(paths.ds_config)
+    return LaunchSpec(argv=argv, env=env, files=files, cwd=Path.cwd())
+
+
+def submit(
+    spec: LaunchSpec,
+    *,
+    log_path: Path,
+    poll: Callable[[], None] | None = None,
+    poll_interval_s: float = 0.25,
+) -> int:
+    """Write ``spec.files``, run ``spec.argv``, wait; returns the exit code.
+
+    Output goes to ``log_path``.  SIGTERM or SIGINT to this process is passed
+    on to the child as SIGTERM (the workers checkpoint and stop); a second
+    SIGINT kills the child's process group.  ``poll`` is called every
+    ``poll_interval_s`` while waiting (progress display).
+    """
+    for path, content in spec.files.items():
+        write_text_atomic(Path(path), content)
+    env = {**os.environ, **spec.env}
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        log.write(f"$ {spec.describe()}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(
+            spec.argv,
+            env=env,
+            cwd=spec.cwd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # Ctrl-C reaches us, not the workers; we forward it as SIGTERM
+        )
+        interrupts = 0
+
+        def forward(signum: int, frame: Any) -> None:
+            nonlocal interrupts
+            interrupts += signum == signal.SIGINT
+            if interrupts >= 2:
+                with_group(proc.pid, signal.SIGKILL)
+            elif proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+
+        previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+        in_main = _in_main_thread()
+        if in_main:
+            for s in previous:
+                signal.signal(s, forward)
+        try:
+            while proc.poll() is None:
+                if poll is not None:
+                    poll()
+                time.sleep(poll_interval_s)
+            if poll is not None:
+                poll()
+        finally:
+            if in_main:
+                for s, handler in previous.items():
+                    signal.signal(s, handler)
+            if proc.poll() is None:  # an exception while waiting: do not leave workers behind
+                with_group(proc.pid, signal.SIGKILL)
+                proc.wait()
+    return proc.returncode
+
+
+def with_group(pid: int, sig: int) -> None:
+    """Send ``sig`` to the process group led by ``pid`` (ignoring one that is gone)."""
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _in_main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()

@@ -1,0 +1,134 @@
+"""The run directory: its layout, and the rules that keep a user's files safe.
+
+A run directory holds ``run.json`` (the resolved configuration, also the
+marker that says "trainplan made this"), ``job.yaml`` (a copy of the job
+file), ``metrics.jsonl``, ``checkpoints/``, ``ranks/`` (one record per worker
+process), ``launch.log`` (everything the workers printed), ``model.pt`` (the
+final weights), ``result.json`` (the workers' measurement) and
+``summary.json`` (measurement against prediction).
+
+An existing directory is never clobbered: it is reused only when empty, with
+``--resume`` (when it is a trainplan run of the same job), or replaced with
+``--overwrite`` (only when it is a trainplan run directory).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainplan.errors import TrainplanError
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Where each file of a run lives."""
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    @property
+    def run_config(self) -> Path:
+        return self.root / "run.json"
+
+    @property
+    def job(self) -> Path:
+        return self.root / "job.yaml"
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / "metrics.jsonl"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def ranks(self) -> Path:
+        return self.root / "ranks"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "launch.log"
+
+    @property
+    def model(self) -> Path:
+        return self.root / "model.pt"
+
+    @property
+    def result(self) -> Path:
+        return self.root / "result.json"
+
+    @property
+    def summary(self) -> Path:
+        return self.root / "summary.json"
+
+    @property
+    def ds_config(self) -> Path:
+        return self.root / "ds_config.json"
+
+    @property
+    def models(self) -> Path:
+        """Tabular jobs: one model file per fold."""
+        return self.root / "models"
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def prepare_run_dir(out: Path, *, job: dict[str, Any], resume: bool, overwrite: bool) -> RunPaths:
+    """Check ``out`` against ``--resume`` / ``--overwrite`` and make it ready.
+
+    ``job`` is the job as JSON (after command-line overrides); on
+    ``--resume`` it must equal the run's job.  Raises
+    :class:`TrainplanError` naming ``--out``, ``--resume`` or ``--overwrite``.
+    """
+    paths = RunPaths(Path(out))
+    root = paths.root
+    if resume and overwrite:
+        raise TrainplanError("give --resume or --overwrite, not both", field="--resume")
+    if root.exists() and not root.is_dir():
+        raise TrainplanError(f"{root} exists and is not a directory; choose another --out", field="--out")
+    is_run = paths.run_config.exists()
+    if resume:
+        if not is_run:
+            raise TrainplanError(f"no trainplan run in {root} to resume (run.json missing)", field="--resume")
+        previous = _read_json(paths.run_config)
+        if previous is None or "job" not in previous:
+            raise TrainplanError(f"{paths.run_config} is unreadable; use --overwrite to start again", field="--resume")
+        if previous["job"] != job:
+            raise TrainplanError(
+                f"{root} was started with a different job; resume it with the same job file or use --overwrite",
+                field="--resume",
+            )
+        summary = _read_json(paths.summary)
+        if summary is not None and summary.get("status") == "completed":
+            raise TrainplanError(
+                f"the run in {root} already completed; use --overwrite to run it again",
+                field="--resume",
+            )
+        return paths
+    if root.exists() and any(root.iterdir()):
+        if not overwrite:
+            raise TrainplanError(
+                f"{root} exists and is not empty; pass --resume to continue it or --overwrite to replace it",
+                field="--out",
+            )
+        if not is_run:
+            raise TrainplanError(
+                f"{root} is not a trainplan run directory (no run.json); refusing to delete it — choose another --out",
+                field="--overwrite",
+            )
+        shutil.rmtree(root)
+    root.mkdir(parents=True, exist_ok=True)
+    return paths
+

@@ -1,0 +1,130 @@
+"""The process ``trainplan run`` launches for built-in workloads.
+
+``python -m trainplan.run.worker [RUN_JSON]`` (the path defaults to
+``$TRAINPLAN_RUN_CONFIG``) trains the job in ``run.json``: neural jobs through
+:mod:`trainplan.runtime` — the same code path a user's script takes — and
+tabular jobs with :func:`~trainplan.run.workloads.tabular.train_tabular`.
+Rank 0 writes ``result.json``; the exit code is 0 for a completed or
+preempted run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+from trainplan.run.config import RunConfig
+from trainplan.spec import JobKind
+
+GIB = 1024**3
+
+
+def run_neural(config: RunConfig, job: Any) -> dict[str, Any] | None:
+    """Train a transformer or torch job under the configured strategy."""
+    from trainplan import runtime
+    from trainplan.run.workloads.common import optimizer_factory, to_device
+
+    ctx = runtime.init(config)
+    if job.kind is JobKind.TRANSFORMER:
+        from trainplan.run.workloads.transformer import transformer_workload
+
+        wl = transformer_workload(job, world_size=ctx.world_size, micro_batch=config.micro_batch)
+    else:
+        from trainplan.run.workloads.torchjob import torch_workload
+
+        wl = torch_workload(job, world_size=ctx.world_size, micro_batch=config.micro_batch, grad_accum=config.grad_accum)
+    params = sum(p.numel() for p in wl.model.parameters())
+    trainable = sum(p.numel() for p in wl.model.parameters() if p.requires_grad)
+    model, _ = ctx.wrap(wl.model, optimizer_factory(job.optimizer, job.learning_rate))
+    start = ctx.resume()
+    tokens = config.global_batch * wl.tokens_per_sample if wl.tokens_per_sample else None
+    status = "completed"
+    for step in range(start, config.total_steps):
+        loss_sum = 0.0
+        for micro in range(ctx.grad_accum):
+            inputs = to_device(wl.batch(step, micro, ctx.rank), ctx.device)
+            with ctx.autocast():
+                loss = wl.loss(model, inputs)
+            ctx.backward(loss)
+            ctx.step()
+            loss_sum = loss_sum + loss.detach().float()
+        mean_loss = float(loss_sum) / ctx.grad_accum
+        if ctx.end_of_step(step + 1, loss=mean_loss, tokens=tokens, samples=config.global_batch):
+            status = "preempted"
+            break
+    workload = {
+        "params": params,
+        "trainable_params": trainable,
+        "samples_per_step": config.global_batch,
+        "tokens_per_step": tokens,
+        "flops_per_token": wl.flops_per_token,
+    }
+    return ctx.finish(status=status, workload=workload)
+
+
+def run_tabular(config: RunConfig, job: Any) -> dict[str, Any]:
+    """Train a tabular job (its folds in parallel threads) and write ``result.json``."""
+    from trainplan.measure.memory import PeakMemory
+    from trainplan.run.files import write_json_atomic
+    from trainplan.run.metrics import MetricsWriter
+    from trainplan.run.rundir import RunPaths
+    from trainplan.run.workloads.tabular import train_tabular
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    paths = RunPaths(config.out_dir)
+    peak = PeakMemory("cpu")
+    peak.reset()
+    metrics = MetricsWriter(paths.metrics)
+    metrics.event("start", parallel_fits=config.parallel_fits, threads_per_fit=config.threads_per_fit)
+    try:
+        result = train_tabular(
+            job,
+            out_dir=paths.root,
+            parallel_fits=config.parallel_fits,
+            threads_per_fit=config.threads_per_fit,
+            write_metrics=metrics.write,
+            stop=stop,
+        )
+        if result["status"] == "preempted":
+            metrics.event("preempted", step=result["steps"])
+    finally:
+        metrics.close()
+    result["measured"]["peak_gib"] = peak.peak_bytes() / GIB
+    result.update(
+        world_size=1,
+        strategy="single",
+        device="cpu",
+        precision="fp32",
+        restarts=0,
+        peak_method=peak.method,
+    )
+    write_json_atomic(paths.result, result)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    args = [a for a in args if not a.startswith("--local_rank")]  # the deepspeed launcher adds it
+    config = RunConfig.read(args[0]) if args else RunConfig.from_env()
+    if config is None:
+        print("usage: python -m trainplan.run.worker RUN_JSON (or set TRAINPLAN_RUN_CONFIG)", file=sys.stderr)
+        return 2
+    job = config.load_job()
+    if job.kind is JobKind.TABULAR:
+        run_tabular(config, job)
+    else:
+        run_neural(config, job)
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    # Everything is written, closed and flushed; skip the interpreter's teardown of
+    # torch / DeepSpeed, which takes 1–2 s per process and does no useful work here.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -1,0 +1,67 @@
+"""What the built-in neural workloads share: their shape, seeding, optimizers."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+import torch
+
+from trainplan.errors import SpecError
+from trainplan.spec import Optimizer
+
+
+@dataclass(frozen=True)
+class NeuralWorkload:
+    """A model with its batches and its loss.
+
+    ``batch(step, micro, rank)`` returns the inputs of one micro-batch on the
+    CPU — a pure function of its arguments, so a resumed run replays the same
+    data; ``loss(model, inputs)`` returns a scalar tensor.
+    """
+
+    model: torch.nn.Module
+    batch: Callable[[int, int, int], Any]
+    loss: Callable[[Any, Any], torch.Tensor]
+    tokens_per_sample: int | None = None  # transformer jobs
+    flops_per_token: float | None = None  # model FLOPs per trained token
+
+
+def batch_generator(seed: int, *key: int) -> torch.Generator:
+    """A torch generator seeded from ``(seed, *key)`` (stable across runs and platforms)."""
+    digest = hashlib.blake2b(repr((seed, *key)).encode(), digest_size=8).digest()
+    gen = torch.Generator()
+    gen.manual_seed(int.from_bytes(digest, "little") & ((1 << 63) - 1))
+    return gen
+
+
+def to_device(obj: Any, device: torch.device) -> Any:
+    """Move a tensor, or the tensors in a dict / tuple / list, to ``device``."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device, non_blocking=True)
+    if isinstance(obj, dict):
+        return {k: to_device(v, device) for k, v in obj.items()}
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(to_device(v, device) for v in obj)
+    return obj
+
+
+RUNNABLE_OPTIMIZERS = (Optimizer.ADAMW, Optimizer.SGD, Optimizer.ADAFACTOR)
+
+
+def optimizer_factory(kind: Optimizer, lr: float) -> Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]:
+    """A function that builds the job's optimizer over the trainable parameters it is given."""
+    if kind not in RUNNABLE_OPTIMIZERS:
+        allowed = ", ".join(o.value for o in RUNNABLE_OPTIMIZERS)
+        raise SpecError(f"trainplan run supports {allowed}; got {kind.value!r}", field="optimizer")
+
+    def make(params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
+        trainable = [p for p in params if p.requires_grad]
+        if kind is Optimizer.SGD:
+            return torch.optim.SGD(trainable, lr=lr, momentum=0.9)
+        if kind is Optimizer.ADAFACTOR:
+            return torch.optim.Adafactor(trainable, lr=lr)
+        return torch.optim.AdamW(trainable, lr=lr)
+
+    return make

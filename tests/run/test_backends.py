@@ -1,0 +1,80 @@
+"""Every backend that runs on a CPU, for real, with two processes (one for `single`).
+
+Each run must start the number of processes it claims, wrap the model the
+way its strategy says, and end with identical parameters on every rank.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from conftest import TORCH_JOB, load_state, rank_records
+
+pytestmark = pytest.mark.slow
+
+TORCH_ENGINES = ("ddp", "fsdp", "fsdp-grad-op")
+DEEPSPEED = ("zero1", "zero2", "zero3", "zero2-offload", "zero3-offload")
+
+EXPECTED_WRAP = {
+    "single": {"wrapped_as": "Sequential", "sharded_params": False},
+    "ddp": {"wrapped_as": "DistributedDataParallel", "sharded_params": False},
+    "fsdp": {"sharded_params": True},
+    "fsdp-grad-op": {"sharded_params": True},
+    "zero1": {"wrapped_as": "DeepSpeedEngine", "zero_stage": 1, "offload_optimizer": False, "offload_param": False},
+    "zero2": {"wrapped_as": "DeepSpeedEngine", "zero_stage": 2, "offload_optimizer": False, "offload_param": False},
+    "zero3": {"wrapped_as": "DeepSpeedEngine", "zero_stage": 3, "offload_optimizer": False, "offload_param": False},
+    "zero2-offload": {"wrapped_as": "DeepSpeedEngine", "zero_stage": 2, "offload_optimizer": True, "offload_param": False},
+    "zero3-offload": {"wrapped_as": "DeepSpeedEngine", "zero_stage": 3, "offload_optimizer": True, "offload_param": True},
+}
+
+
+@pytest.mark.parametrize("strategy", ["single", *TORCH_ENGINES, *DEEPSPEED])
+def test_backend_trains_with_real_processes(baseline, strategy: str) -> None:
+    summary, out = baseline(strategy)
+    assert summary.status == "completed", summary.message
+    assert summary.exit_code == 0
+    processes = 1 if strategy == "single" else 2
+
+    starts = rank_records(out, "start")
+    ends = rank_records(out, "end")
+    assert len(starts) == len(ends) == processes
+    assert len({r["pid"] for r in starts}) == processes  # distinct processes really started
+    assert {r["world_size"] for r in starts} == {processes}
+    assert sorted(r["rank"] for r in ends) == list(range(processes))
+    assert len({r["params_sha256"] for r in ends}) == 1  # every rank ends with identical parameters
+    for record in ends:
+        for key, value in EXPECTED_WRAP[strategy].items():
+            assert record[key] == value, (key, record)
+
+    steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in steps if "event" not in r] == list(range(1, TORCH_JOB["steps"] + 1))
+    assert summary.steps == TORCH_JOB["steps"]
+    m = summary.measured
+    assert math.isfinite(m["final_loss"]) and m["step_time_s"] > 0 and m["rows_per_s"] > 0 and m["peak_gib"] > 0
+    assert m["train_s"] >= m["step_time_s"]
+    state = load_state(out / "model.pt")  # the final weights, loadable with weights_only=True
+    assert set(state) == {"0.weight", "0.bias", "3.weight", "3.bias"}
+    saved = json.loads((out / "summary.json").read_text())
+    assert saved["status"] == "completed" and saved["strategy"] == strategy and saved["devices"] == processes
+
+
+def test_data_parallel_engines_agree(baseline) -> None:
+    """DDP and both FSDP modes do the same arithmetic: same final loss (and single sees a different batch split)."""
+    losses = {s: baseline(s)[0].measured["final_loss"] for s in TORCH_ENGINES}
+    assert losses["fsdp"] == pytest.approx(losses["ddp"], rel=1e-5)
+    assert losses["fsdp-grad-op"] == pytest.approx(losses["ddp"], rel=1e-5)
+
+
+def test_deepspeed_stages_agree_with_ddp(baseline) -> None:
+    ddp = baseline("ddp")[0].measured["final_loss"]
+    for strategy in DEEPSPEED:
+        assert baseline(strategy)[0].measured["final_loss"] == pytest.approx(ddp, rel=1e-3), strategy
+
+
+def test_deepspeed_on_cpu_compiles_no_ops(baseline, extensions_dir) -> None:
+    """The job's torch optimizer and the skipped inference-only shm kernel mean no ninja build (minutes in CI)."""
+    for strategy in DEEPSPEED:
+        assert baseline(strategy)[0].status == "completed"
+    assert not any(extensions_dir.iterdir())

@@ -1,0 +1,121 @@
+"""Run directory rules, atomic checkpoints, metrics files (no processes started)."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import random
+from fractions import Fraction
+
+import pytest
+import torch
+
+from trainplan.errors import TrainplanError
+from trainplan.run.checkpoint import CheckpointStore, load_tensor_file, rng_state, save_tensor_file, set_rng_state
+from trainplan.run.files import write_json_atomic
+from trainplan.run.metrics import MetricsTail, MetricsWriter, read_metrics, step_figures, truncate_after
+from trainplan.run.rundir import prepare_run_dir
+
+JOB = {"kind": "torch", "steps": 3}
+
+
+def test_empty_or_missing_directories_are_used(tmp_path) -> None:
+    assert prepare_run_dir(tmp_path / "new", job=JOB, resume=False, overwrite=False).root.is_dir()
+    (tmp_path / "empty").mkdir()
+    prepare_run_dir(tmp_path / "empty", job=JOB, resume=False, overwrite=False)
+
+
+def test_user_files_are_never_clobbered(tmp_path) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("precious")
+    with pytest.raises(TrainplanError) as err:
+        prepare_run_dir(mine, job=JOB, resume=False, overwrite=False)
+    assert err.value.field == "--out" and "--resume" in str(err.value) and "--overwrite" in str(err.value)
+    with pytest.raises(TrainplanError) as err:
+        prepare_run_dir(mine, job=JOB, resume=False, overwrite=True)
+    assert err.value.field == "--overwrite" and "not a trainplan run directory" in str(err.value)
+    assert (mine / "thesis.tex").read_text() == "precious"
+
+
+def test_overwrite_replaces_a_run_directory(tmp_path) -> None:
+    run = prepare_run_dir(tmp_path / "r", job=JOB, resume=False, overwrite=False)
+    write_json_atomic(run.run_config, {"job": JOB})
+    (run.root / "old.txt").write_text("x")
+    prepare_run_dir(tmp_path / "r", job=JOB, resume=False, overwrite=True)
+    assert not (run.root / "old.txt").exists()
+
+
+def test_resume_rules(tmp_path) -> None:
+    with pytest.raises(TrainplanError, match="no trainplan run"):
+        prepare_run_dir(tmp_path / "none", job=JOB, resume=True, overwrite=False)
+    with pytest.raises(TrainplanError, match="not both"):
+        prepare_run_dir(tmp_path / "none", job=JOB, resume=True, overwrite=True)
+    run = prepare_run_dir(tmp_path / "r", job=JOB, resume=False, overwrite=False)
+    write_json_atomic(run.run_config, {"job": JOB})
+    assert prepare_run_dir(run.root, job=JOB, resume=True, overwrite=False) == run
+    with pytest.raises(TrainplanError, match="different job"):
+        prepare_run_dir(run.root, job={**JOB, "steps": 4}, resume=True, overwrite=False)
+    write_json_atomic(run.summary, {"status": "completed"})
+    with pytest.raises(TrainplanError, match="already completed"):
+        prepare_run_dir(run.root, job=JOB, resume=True, overwrite=False)
+
+
+def test_checkpoints_commit_atomically_and_prune(tmp_path) -> None:
+    store = CheckpointStore(tmp_path, rank=0, barrier=lambda: None, keep=2)
+    assert store.latest() is None
+    for step in (4, 8, 12):
+        folder = store.begin(step)
+        save_tensor_file({"w": torch.full((2,), float(step))}, folder / "model.pt")
+        store.commit(step, world_size=1, strategy="single")
+    ref = store.latest()
+    assert ref is not None and ref.step == 12 and ref.strategy == "single"
+    assert sorted(p.name for p in tmp_path.glob("step_*")) == ["step_00000008", "step_00000012"]
+    # a crash while writing step 16 leaves a .partial that is never read
+    folder = store.begin(16)
+    (folder / "model.pt").write_bytes(b"torn")
+    assert store.latest().step == 12
+    assert load_tensor_file(store.latest().path / "model.pt")["w"].tolist() == [12.0, 12.0]
+
+
+def test_weights_only_loading_refuses_arbitrary_objects(tmp_path) -> None:
+    torch.save({"x": Fraction(1, 3)}, tmp_path / "evil.pt")  # any non-tensor class would be code to run
+    with pytest.raises(pickle.UnpicklingError):
+        load_tensor_file(tmp_path / "evil.pt")
+
+
+def test_rng_state_round_trip(tmp_path) -> None:
+    torch.manual_seed(3)
+    random.seed(3)
+    save_tensor_file(rng_state(), tmp_path / "rng.pt")
+    expected = (torch.rand(3), random.random())
+    torch.manual_seed(99)
+    random.seed(99)
+    set_rng_state(load_tensor_file(tmp_path / "rng.pt"))
+    assert torch.equal(torch.rand(3), expected[0]) and random.random() == expected[1]
+
+
+def test_metrics_tail_truncate_and_figures(tmp_path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    writer = MetricsWriter(path)
+    tail = MetricsTail(path)
+    writer.event("start")
+    for step, t in enumerate([5.0, 1.0, 1.2, 0.8], start=1):
+        writer.write({"step": step, "step_time_s": t, "loss": 10.0 / step, **({"warmup": True} if step == 1 else {})})
+    writer.close()
+    assert len(tail.new_records()) == 5 and tail.new_records() == []
+    figs = step_figures(read_metrics(path))
+    assert figs.steps == 4 and figs.step_time_s == pytest.approx(1.0) and figs.final_loss == pytest.approx(2.5)
+    truncate_after(path, 2)
+    assert [r.get("step") for r in read_metrics(path)] == [None, 1, 2]
+    assert [r.get("step") for r in tail.new_records()] == [None, 1, 2]  # the tail notices the replaced file
+    with open(path, "a") as fh:
+        fh.write('{"step": 3')  # a torn last line
+    assert [r.get("step") for r in read_metrics(path)] == [None, 1, 2]
+    assert tail.new_records() == []
+
+
+def test_atomic_json_leaves_no_temporary_files(tmp_path) -> None:
+    write_json_atomic(tmp_path / "a.json", {"x": 1})
+    assert json.loads((tmp_path / "a.json").read_text()) == {"x": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["a.json"]

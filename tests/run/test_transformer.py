@@ -1,0 +1,78 @@
+"""Transformer jobs: the causal LM built from the job's architecture, trained for real."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import load_state, rank_records, run, write_job
+
+from trainplan.errors import SpecError
+from trainplan.run.workloads.transformer import TokenSource, check_supported, flops_per_token, hf_config
+from trainplan.spec import ModelArch, parse_job
+
+LLAMA = {"layers": 2, "hidden": 32, "heads": 4, "kv_heads": 2, "ffn_hidden": 64, "vocab": 256}
+GPT2 = {**LLAMA, "kv_heads": None, "position": "learned", "norm": "layernorm", "mlp": "gelu", "tied_embeddings": True, "bias": True}
+JOB = {"kind": "transformer", "name": "lm", "model": LLAMA, "seq_len": 16, "micro_batch": 2, "steps": 6, "learning_rate": 0.003}
+
+
+def test_config_follows_the_architecture() -> None:
+    llama = hf_config(ModelArch(**LLAMA), seq_len=64)
+    assert (llama.model_type, llama.num_key_value_heads, llama.intermediate_size, llama.max_position_embeddings) == ("llama", 2, 64, 64)
+    gpt2 = hf_config(ModelArch(**{k: v for k, v in GPT2.items() if v is not None}), seq_len=16)
+    assert (gpt2.model_type, gpt2.n_inner, gpt2.n_positions) == ("gpt2", 64, 16)
+
+
+def test_flops_per_token_is_6n_plus_attention() -> None:
+    from transformers import AutoModelForCausalLM
+
+    arch = ModelArch(**LLAMA)
+    model = AutoModelForCausalLM.from_config(hf_config(arch, 16))
+    n = sum(p.numel() for p in model.parameters()) - arch.vocab * arch.hidden  # untied: the input embedding does no matmul
+    assert flops_per_token(model, arch, 16) == 6 * n + 12 * 2 * 4 * 8 * 16
+
+
+def test_token_batches_are_a_function_of_their_key(tmp_path) -> None:
+    text = tmp_path / "t.txt"
+    text.write_bytes(bytes(range(256)) * 4)
+    src = TokenSource(str(text), vocab=100, seq_len=8, seed=1)
+    a, b = src.batch(3, 5, 0, 1), src.batch(3, 5, 0, 1)
+    assert torch.equal(a, b) and a.shape == (3, 8) and int(a.max()) < 100
+    assert not torch.equal(a, src.batch(3, 6, 0, 1))
+    with pytest.raises(SpecError, match="seq_len"):
+        TokenSource(str(text), vocab=100, seq_len=5000, seed=1)
+
+
+@pytest.mark.parametrize("changes,field", [({"position": "alibi"}, "model.position"), ({"arch": "encoder"}, "model.arch")])
+def test_unbuildable_architectures_are_refused(changes, field) -> None:
+    job = parse_job({**JOB, "model": {**LLAMA, **changes}})
+    with pytest.raises(SpecError) as err:
+        check_supported(job, job.model)
+    assert err.value.field == field
+
+
+@pytest.mark.slow
+def test_llama_on_a_text_file_with_fsdp_two_processes(tmp_path) -> None:
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the quick brown fox jumps over the lazy dog. " * 200)
+    job = write_job(tmp_path / "job.yaml", JOB, data=str(corpus), activation_checkpointing="full", steps=8)
+    summary = run(job, tmp_path / "run", strategy="fsdp", devices=2)
+    assert summary.status == "completed", summary.message
+    ends = rank_records(tmp_path / "run", "end")
+    assert len({r["pid"] for r in ends}) == 2 and len({r["params_sha256"] for r in ends}) == 1
+    assert all(r["sharded_params"] for r in ends)
+    m = summary.measured
+    assert m["tokens_per_s"] == pytest.approx(2 * 2 * 16 / m["step_time_s"])  # global batch × seq_len per step
+    assert m["final_loss"] < 5.2  # below uniform over 256 byte values (ln 256 ≈ 5.55): it learns the text
+    assert "model.embed_tokens.weight" in load_state(tmp_path / "run" / "model.pt")
+
+
+@pytest.mark.slow
+def test_gpt2_style_lora_trains_only_adapters(tmp_path) -> None:
+    job = write_job(tmp_path / "job.yaml", JOB, model=GPT2 | {"kv_heads": 4}, method="lora", lora={"rank": 4}, global_batch=4)
+    summary = run(job, tmp_path / "run")
+    assert summary.status == "completed", summary.message
+    import json
+
+    work = json.loads((tmp_path / "run" / "result.json").read_text())["workload"]
+    assert 0 < work["trainable_params"] < work["params"] / 5
+    assert work["samples_per_step"] == 4  # global_batch 4 = micro_batch 2 × 2 accumulation steps
