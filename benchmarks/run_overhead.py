@@ -1,7 +1,8 @@
 """Overhead of `trainplan run` over the same training loop run bare.
 
-Both sides train the same torch model (an MLP from a factory) on the same
-synthetic batches with AdamW, on every core of this machine:
+Both sides train the same model — a Llama-style causal LM from the job's
+architecture (``--kind transformer``, the default) or an MLP from a factory
+(``--kind torch``) — on the same synthetic batches with AdamW, on every core:
 
 * **bare** — a plain script: build, loop, exit (no launcher, metrics,
   checkpoints or summary);
@@ -11,8 +12,8 @@ synthetic batches with AdamW, on every core of this machine:
 
 Printed: the wall time of each process from start to exit, the training-loop
 time (bare: measured in the script; trainplan: ``train_s`` of the summary) and
-the overheads of each back-to-back pair and their median (robust to other work
-on a shared machine).  The target is at most 3 % of wall time.
+the overheads of each back-to-back pair (run in alternating order) and their
+median (robust to other work on a shared machine).  The target is at most 3 % of wall time.
 
     python benchmarks/run_overhead.py --repeat 5   # about 7 minutes on 2 cores
     python benchmarks/run_overhead.py --steps 200 --width 512   # quicker, noisier
@@ -49,12 +50,18 @@ import time
 
 import torch
 
-from trainplan.run.workloads.torchjob import torch_workload
 from trainplan.spec import load_job
 
 job = load_job(sys.argv[1])
 torch.set_num_threads(int(sys.argv[2]))
-wl = torch_workload(job, world_size=1, micro_batch=job.micro_batch, grad_accum=1)
+if job.kind.value == "torch":
+    from trainplan.run.workloads.torchjob import torch_workload
+
+    wl = torch_workload(job, world_size=1, micro_batch=job.micro_batch, grad_accum=1)
+else:
+    from trainplan.run.workloads.transformer import transformer_workload
+
+    wl = transformer_workload(job, world_size=1, micro_batch=job.micro_batch)
 opt = torch.optim.AdamW(wl.model.parameters(), lr=job.learning_rate)
 start = time.perf_counter()
 for step in range(job.steps):
@@ -76,10 +83,11 @@ def _cores() -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--kind", choices=("transformer", "torch"), default="transformer")
     parser.add_argument("--steps", type=int, default=600)
-    parser.add_argument("--width", type=int, default=1024)
-    parser.add_argument("--depth", type=int, default=4)
-    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--width", type=int, default=1024, help="MLP width / transformer hidden size / 4")
+    parser.add_argument("--depth", type=int, default=4, help="MLP depth / transformer layers")
+    parser.add_argument("--batch", type=int, default=256, help="MLP batch / transformer sequences × 16")
     parser.add_argument("--repeat", type=int, default=1, help="alternate bare/trainplan this many times")
     args = parser.parse_args()
     src = Path(__file__).resolve().parents[1] / "src"
@@ -89,40 +97,58 @@ def main() -> int:
         (work / "bench_models.py").write_text(MODEL)
         (work / "bare.py").write_text(BARE)
         job = work / "job.yaml"
-        job.write_text(
-            "kind: torch\nname: overhead\nmodel: bench_models:mlp\n"
-            f"model_args: {{width: {args.width}, depth: {args.depth}}}\n"
-            "inputs: [{shape: [64]}]\nloss: cross_entropy\n"
-            f"micro_batch: {args.batch}\nsteps: {args.steps}\nprecision: fp32\nlearning_rate: 0.001\n"
-        )
+        if args.kind == "torch":
+            job.write_text(
+                "kind: torch\nname: overhead\nmodel: bench_models:mlp\n"
+                f"model_args: {{width: {args.width}, depth: {args.depth}}}\n"
+                "inputs: [{shape: [64]}]\nloss: cross_entropy\n"
+                f"micro_batch: {args.batch}\nsteps: {args.steps}\nprecision: fp32\nlearning_rate: 0.001\n"
+            )
+        else:
+            hidden = args.width // 4
+            job.write_text(
+                "kind: transformer\nname: overhead\ndata: synthetic\nprecision: fp32\nlearning_rate: 0.001\n"
+                f"model: {{layers: {args.depth}, hidden: {hidden}, heads: 4, ffn_hidden: {4 * hidden}, vocab: 4096}}\n"
+                f"seq_len: 128\nmicro_batch: {max(1, args.batch // 16)}\nsteps: {args.steps}\n"
+            )
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join([str(src), str(work), os.environ.get("PYTHONPATH", "")]),
             "TRAINPLAN_HOME": str(work / "home"),
             "OMP_NUM_THREADS": str(cores),
         }
-        rows = []
-        for i in range(args.repeat):
+        def run_bare() -> tuple[float, dict]:
             t0 = time.perf_counter()
-            bare = subprocess.run(
+            out = subprocess.run(
                 [sys.executable, str(work / "bare.py"), str(job), str(cores)],
                 env=env, cwd=work, capture_output=True, text=True, check=True,
             )
-            bare_wall = time.perf_counter() - t0
-            bare_out = json.loads(bare.stdout.strip().splitlines()[-1])
+            return time.perf_counter() - t0, json.loads(out.stdout.strip().splitlines()[-1])
+
+        def run_trainplan(i: int) -> tuple[float, dict]:
             t0 = time.perf_counter()
-            tp = subprocess.run(
+            out = subprocess.run(
                 [sys.executable, "-m", "trainplan.cli.main", "run", str(job), "--out", str(work / f"run{i}"), "--json"],
                 env=env, cwd=work, capture_output=True, text=True,
             )
-            tp_wall = time.perf_counter() - t0
-            if tp.returncode != 0:
-                print(tp.stderr, file=sys.stderr)
-                return 1
-            summary = json.loads(tp.stdout.strip().splitlines()[-1])
+            if out.returncode != 0:
+                raise SystemExit(out.stderr)
+            return time.perf_counter() - t0, json.loads(out.stdout.strip().splitlines()[-1])
+
+        rows = []
+        for i in range(args.repeat):
+            if i % 2 == 0:  # alternate the order inside each pair, so neither side always goes first
+                (bare_wall, bare_out), (tp_wall, summary) = run_bare(), run_trainplan(i)
+            else:
+                (tp_wall, summary), (bare_wall, bare_out) = run_trainplan(i), run_bare()
             rows.append((bare_wall, bare_out["loop_s"], tp_wall, summary["measured"]["train_s"], bare_out["final_loss"], summary["measured"]["final_loss"]))
 
-    print(f"machine: {cores} cores; model: MLP width {args.width} depth {args.depth}, batch {args.batch}, {args.steps} steps")
+    model = (
+        f"MLP width {args.width} depth {args.depth}, batch {args.batch}"
+        if args.kind == "torch"
+        else f"Llama-style LM, {args.depth} layers, hidden {args.width // 4}, 16 × 128 tokens per step"
+    )
+    print(f"machine: {cores} cores; {args.kind} job: {model}, {args.steps} steps")
     print(f"{'':>4} {'bare wall s':>12} {'bare loop s':>12} {'run wall s':>11} {'run loop s':>11} {'loop +%':>8} {'wall +%':>8}")
     for i, (bw, bl, tw, tl, _, _) in enumerate(rows):
         print(f"{i:>4} {bw:>12.2f} {bl:>12.2f} {tw:>11.2f} {tl:>11.2f} {100 * (tl - bl) / bl:>8.2f} {100 * (tw - bw) / tw:>8.2f}")

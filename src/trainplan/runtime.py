@@ -254,6 +254,8 @@ class Context:
 
         names = _param_names(model)
         model = model.to(self.device)
+        if self.precision == "bf16-pure":
+            model = model.to(torch.bfloat16)
         mesh = init_device_mesh(self.device.type, (self.world_size,))
         reshard = self.strategy == "fsdp"  # fsdp-grad-op keeps parameters gathered (ZeRO-2-like)
         mp = MixedPrecisionPolicy()

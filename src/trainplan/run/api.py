@@ -130,7 +130,7 @@ def apply_overrides(job: Any, steps: int | None) -> Any:
 def job_json(job: Any) -> dict[str, Any]:
     """The job as JSON for ``run.json``; a transformer's preset is resolved to its architecture."""
     if job.kind is JobKind.TRANSFORMER and isinstance(job.model, str):
-        from trainplan.run.workloads.transformer import resolve_arch
+        from trainplan.run.workloads.checks import resolve_arch
 
         job = job.model_copy(update={"model": resolve_arch(job)})
     return job.model_dump(mode="json", exclude_none=True)
@@ -154,20 +154,21 @@ def check_job(job: Any, script: Path | None) -> Any:
         return job.model_copy(update={"rows": shape.rows, "features": shape.features})
     if script is not None:
         return job
-    from trainplan.run.workloads.common import RUNNABLE_OPTIMIZERS
+    from trainplan.run.workloads.checks import (
+        check_loss,
+        check_optimizer,
+        check_supported,
+        import_callable,
+        is_import_path,
+        resolve_arch,
+    )
 
-    if job.optimizer not in RUNNABLE_OPTIMIZERS:
-        allowed = ", ".join(o.value for o in RUNNABLE_OPTIMIZERS)
-        raise SpecError(f"trainplan run supports {allowed}; got {job.optimizer.value!r}", field="optimizer")
+    check_optimizer(job.optimizer)
     if job.kind is JobKind.TRANSFORMER:
-        from trainplan.run.workloads.transformer import check_supported, resolve_arch
-
         check_supported(job, resolve_arch(job))
         if job.data not in (None, "synthetic") and not Path(job.data).expanduser().is_file():
             raise SpecError(f"data file not found: {job.data} (or use data: synthetic)", field="data")
     else:
-        from trainplan.run.workloads.torchjob import check_loss, import_callable, is_import_path
-
         import_callable(job.model, field="model")
         check_loss(job.loss)
         if job.data not in (None, "synthetic"):

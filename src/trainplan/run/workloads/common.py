@@ -8,7 +8,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from trainplan.errors import SpecError
+from trainplan.run.workloads.checks import check_optimizer
 from trainplan.spec import Optimizer
 
 
@@ -47,14 +47,9 @@ def to_device(obj: Any, device: torch.device) -> Any:
     return obj
 
 
-RUNNABLE_OPTIMIZERS = (Optimizer.ADAMW, Optimizer.SGD, Optimizer.ADAFACTOR)
-
-
 def optimizer_factory(kind: Optimizer, lr: float) -> Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]:
     """A function that builds the job's optimizer over the trainable parameters it is given."""
-    if kind not in RUNNABLE_OPTIMIZERS:
-        allowed = ", ".join(o.value for o in RUNNABLE_OPTIMIZERS)
-        raise SpecError(f"trainplan run supports {allowed}; got {kind.value!r}", field="optimizer")
+    check_optimizer(kind)
 
     def make(params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
         trainable = [p for p in params if p.requires_grad]

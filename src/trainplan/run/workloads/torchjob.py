@@ -16,18 +16,14 @@ seeded shuffled order that every rank shares (each rank takes its own slice).
 from __future__ import annotations
 
 import functools
-import importlib
-import os
-import sys
 from typing import Any, Callable
 
 import torch
 
 from trainplan.errors import SpecError
+from trainplan.run.workloads.checks import check_loss, import_callable, is_import_path
 from trainplan.run.workloads.common import NeuralWorkload, batch_generator
 from trainplan.spec import InputSpec, TorchJob
-
-BUILTIN_LOSSES = ("mean", "sum", "mse", "cross_entropy")
 
 _DTYPES = {
     "float32": torch.float32,
@@ -37,34 +33,6 @@ _DTYPES = {
     "int32": torch.int32,
     "bool": torch.bool,
 }
-
-
-def import_callable(path: str, *, field: str) -> Callable[..., Any]:
-    """Import ``"pkg.mod:name"``; the current directory is importable, as with ``python -m``."""
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    module_name, _, attr = path.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise SpecError(f"cannot import module {module_name!r} ({exc})", field=field) from None
-    fn = getattr(module, attr, None)
-    if not callable(fn):
-        raise SpecError(f"{module_name!r} has no callable {attr!r}", field=field)
-    return fn
-
-
-def is_import_path(value: str | None) -> bool:
-    """``"pkg.mod:name"`` (and not ``"sklearn:<set>"`` nor a Windows drive)."""
-    if not value or ":" not in value or value.startswith("sklearn:"):
-        return False
-    module, _, attr = value.partition(":")
-    return bool(module) and bool(attr) and len(module) > 1 and "/" not in module and "\\" not in module
-
-
-def check_loss(loss: str) -> None:
-    if loss not in BUILTIN_LOSSES and not is_import_path(loss):
-        raise SpecError(f"must be one of {', '.join(BUILTIN_LOSSES)} or an import path 'pkg.mod:fn', got {loss!r}", field="loss")
 
 
 def synthetic_input(spec: InputSpec, rows: int, gen: torch.Generator) -> torch.Tensor:

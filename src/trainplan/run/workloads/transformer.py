@@ -19,35 +19,9 @@ from typing import Any
 import torch
 
 from trainplan.errors import SpecError
+from trainplan.run.workloads.checks import check_supported, resolve_arch
 from trainplan.run.workloads.common import NeuralWorkload, batch_generator
-from trainplan.spec import Checkpointing, Method, ModelArch, TransformerJob
-
-
-def resolve_arch(job: TransformerJob) -> ModelArch:
-    """The job's architecture: inline, or a preset from the catalog."""
-    if isinstance(job.model, ModelArch):
-        return job.model
-    try:
-        from trainplan.catalog import resolve_model
-    except ImportError:
-        raise SpecError(
-            f"preset {job.model!r} needs the model catalog, which is not installed; give the architecture inline",
-            field="model",
-        ) from None
-    return resolve_model(job.model)
-
-
-def check_supported(job: TransformerJob, arch: ModelArch) -> None:
-    """Reject what the built-in workload cannot build, naming the field."""
-    if arch.arch != "decoder":
-        raise SpecError(f"trainplan run builds decoder models only, got {arch.arch!r}", field="model.arch")
-    if arch.position not in ("rope", "learned"):
-        raise SpecError(
-            f"trainplan run supports rope (Llama-style) or learned (GPT-2-style) positions, got {arch.position!r}",
-            field="model.position",
-        )
-    if job.method is Method.QLORA:
-        raise SpecError("qlora is not supported by trainplan run; use lora or full", field="method")
+from trainplan.spec import Checkpointing, ModelArch, TransformerJob
 
 
 def hf_config(arch: ModelArch, seq_len: int) -> Any:

@@ -1,0 +1,81 @@
+"""Checks of a job that the parent process makes before launching — without importing torch.
+
+Each raises :class:`~trainplan.errors.SpecError` naming the field at fault.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Any, Callable
+
+from trainplan.errors import SpecError
+from trainplan.spec import Method, ModelArch, Optimizer, TransformerJob
+
+#: Optimizers the built-in workloads can build from torch alone.
+RUNNABLE_OPTIMIZERS = (Optimizer.ADAMW, Optimizer.SGD, Optimizer.ADAFACTOR)
+BUILTIN_LOSSES = ("mean", "sum", "mse", "cross_entropy")
+
+
+def check_optimizer(kind: Optimizer) -> None:
+    if kind not in RUNNABLE_OPTIMIZERS:
+        allowed = ", ".join(o.value for o in RUNNABLE_OPTIMIZERS)
+        raise SpecError(f"trainplan run supports {allowed}; got {kind.value!r}", field="optimizer")
+
+
+def resolve_arch(job: TransformerJob) -> ModelArch:
+    """The job's architecture: inline, or a preset from the catalog."""
+    if isinstance(job.model, ModelArch):
+        return job.model
+    try:
+        from trainplan.catalog import resolve_model
+    except ImportError:
+        raise SpecError(
+            f"preset {job.model!r} needs the model catalog, which is not installed; give the architecture inline",
+            field="model",
+        ) from None
+    return resolve_model(job.model)
+
+
+def check_supported(job: TransformerJob, arch: ModelArch) -> None:
+    """Reject what the built-in workload cannot build, naming the field."""
+    if arch.arch != "decoder":
+        raise SpecError(f"trainplan run builds decoder models only, got {arch.arch!r}", field="model.arch")
+    if arch.position not in ("rope", "learned"):
+        raise SpecError(
+            f"trainplan run supports rope (Llama-style) or learned (GPT-2-style) positions, got {arch.position!r}",
+            field="model.position",
+        )
+    if job.method is Method.QLORA:
+        raise SpecError("qlora is not supported by trainplan run; use lora or full", field="method")
+
+
+def import_callable(path: str, *, field: str) -> Callable[..., Any]:
+    """Import ``"pkg.mod:name"``; the current directory is importable, as with ``python -m``."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    module_name, _, attr = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise SpecError(f"cannot import module {module_name!r} ({exc})", field=field) from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise SpecError(f"{module_name!r} has no callable {attr!r}", field=field)
+    return fn
+
+
+def is_import_path(value: str | None) -> bool:
+    """``"pkg.mod:name"`` (and not ``"sklearn:<set>"`` nor a Windows drive)."""
+    if not value or ":" not in value or value.startswith("sklearn:"):
+        return False
+    module, _, attr = value.partition(":")
+    return bool(module) and bool(attr) and len(module) > 1 and "/" not in module and "\\" not in module
+
+
+def check_loss(loss: str) -> None:
+    if loss not in BUILTIN_LOSSES and not is_import_path(loss):
+        raise SpecError(f"must be one of {', '.join(BUILTIN_LOSSES)} or an import path 'pkg.mod:fn', got {loss!r}", field="loss")
+
+
