@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import numpy as np
+import mmap
+
 import pytest
 
 from trainplan.errors import TrainplanError
@@ -41,12 +42,16 @@ def test_probe_of_this_machine() -> None:
 
 
 def test_peak_memory_sees_an_allocation_after_reset() -> None:
+    # An anonymous mapping gets fresh pages from the kernel; a malloc'd array could reuse pages the
+    # allocator already holds from earlier tests, and the resident set would not grow.
     meter = PeakMemory("cpu")
     meter.reset()
-    block = np.ones(64 * 1024 * 1024 // 8)  # 64 MiB, touched
-    block[::512] = 2.0
-    del block
-    assert meter.peak_bytes() >= 60 * 1024 * 1024
+    block = mmap.mmap(-1, 64 * 1024 * 1024)
+    for offset in range(0, len(block), mmap.PAGESIZE):
+        block[offset] = 1  # touch every page
+    assert meter.peak_bytes() >= 60 * 1024 * 1024  # while it is held
+    block.close()
+    assert meter.peak_bytes() >= 60 * 1024 * 1024  # and after it is gone
     meter.reset()
     assert meter.peak_bytes() < 60 * 1024 * 1024 or meter.method.endswith("(getrusage)")
 

@@ -78,7 +78,7 @@ class PeakMemory:
 
             return int(torch.cuda.max_memory_allocated(self.device))
         peak = (_status_kib("VmHWM") or 0) * 1024 if self._resettable else _lifetime_peak_rss_bytes()
-        return max(0, peak - self._baseline)
+        return max(0, peak - self._baseline, current_rss_bytes() - self._baseline)
 
     @property
     def method(self) -> str:

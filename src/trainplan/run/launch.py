@@ -209,9 +209,10 @@ def submit(
             for s in previous:
                 signal.signal(s, forward)
         try:
+            if poll is None:
+                proc.wait()  # blocks in waitpid: no wake-ups taking CPU from the workers; signals still arrive
             while proc.poll() is None:
-                if poll is not None:
-                    poll()
+                poll()  # type: ignore[misc]
                 time.sleep(poll_interval_s)
             if poll is not None:
                 poll()
