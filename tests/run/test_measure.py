@@ -59,7 +59,7 @@ def test_peak_memory_sees_an_allocation_after_reset() -> None:
 def _cal(**changes) -> Calibration:
     base = dict(
         hardware_id="cpu:Test:2", kind="tabular", key="xgboost", devices=2, step_time_s=0.01, throughput=1e5,
-        throughput_unit="rows/s", peak_gib=0.1, achieved_tflops=None, core_s_per_row_feature_tree_depth=1e-9,
+        throughput_unit="rows/s", peak_gib=0.1, achieved_tflops=None, ns_per_cell=2.5,
         recorded_at="2026-12-01T00:00:00+00:00", host="h", job_name="j", run_dir="/r",
     )
     return Calibration(**{**base, **changes})

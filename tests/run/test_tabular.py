@@ -45,7 +45,33 @@ def test_library_trains_folds_in_parallel(tmp_path, library) -> None:
     assert m["rows_per_s"] > 0 and m["step_time_s"] > 0 and m["peak_gib"] > 0
     cal = load_calibrations()
     assert len(cal) == 1 and cal[0].kind == "tabular" and cal[0].key == library
-    assert (cal[0].core_s_per_row_feature_tree_depth is None) == (library == "sklearn-linear")
+    assert cal[0].ns_per_cell is not None and cal[0].ns_per_cell > 0
+
+
+@pytest.mark.slow
+def test_a_finished_run_calibrates_the_next_prediction_on_this_machine(tmp_path) -> None:
+    from trainplan.catalog import get_catalog
+    from trainplan.estimate.tabular import estimate_tabular
+    from trainplan.planner.local import local_cpu_hardware, predict_run
+
+    job_path = write_job(tmp_path / "job.yaml", TABULAR_JOB, rows=3000, trees=30)
+    first = run(job_path, tmp_path / "first")
+    assert first.status == "completed" and not first.predicted_from_calibration
+    (cal,) = load_calibrations()
+    assert cal.hardware_id == first.hardware_id and cal.ns_per_cell > 0
+
+    job = parse_job({k: v for k, v in TABULAR_JOB.items() if k != "name"} | {"rows": 3000, "trees": 30})
+    cores = int(first.hardware_id.rsplit(":", 1)[1])
+    predicted = predict_run(job, "cpu", first.devices, first.hardware_id)
+    expected = estimate_tabular(job, local_cpu_hardware(cores), get_catalog(), ns_per_cell=cal.ns_per_cell)
+    assert predicted["from_calibration"] is True
+    assert predicted["train_s"] == pytest.approx(expected.train_s)
+    # another machine (or none recorded) keeps the catalog's rate
+    assert predict_run(job, "cpu", first.devices, "cpu:Other CPU:2")["from_calibration"] is False
+
+    second = run(job_path, tmp_path / "second")
+    assert second.status == "completed" and second.predicted_from_calibration
+    assert second.predicted["train_s"] == pytest.approx(expected.train_s)
 
 
 @pytest.mark.slow

@@ -118,6 +118,8 @@ def run_command(
         Console().print(_table(summary))
         for note in (*summary.notes, *([summary.prediction_note] if summary.prediction_note else [])):
             err.print(f"note: {note}", highlight=False)
+        if summary.predicted_from_calibration:
+            err.print("note: predicted from an earlier run measured on this machine (calibration store)", highlight=False)
     if summary.message:
         err.print(summary.message, highlight=False, soft_wrap=True)
     if summary.exit_code:

@@ -15,6 +15,9 @@ Units of work ("cells"), one pure function each:
 * Linear models (L-BFGS logistic regression): two passes over the data per
   iteration (loss and gradient): cells = 2 · rows · features · iterations.
 
+``rows`` is the rows one fit trains on: (k − 1)/k of the data with k-fold
+cross-validation (:func:`fit_rows`).
+
 Time = cells × (ns per cell per core) / cores_eff, where the per-core rates
 and serial fractions are data (``tabular_rates.csv``, each row with its
 source) and cores_eff follows Amdahl's law over physical cores (vCPUs / 2 on
@@ -74,14 +77,38 @@ def effective_depth(job: TabularJob) -> int:
     return job.depth
 
 
-def work_cells(job: TabularJob) -> float:
-    """Units of work of one model fit (one fold)."""
+def fit_rows(job: TabularJob) -> int:
+    """Rows one fit trains on: k − 1 of k folds with ``cv_folds: k`` ≥ 2, every row with one fold."""
+    k = job.cv_folds
+    return job.rows if k < 2 else max(1, job.rows * (k - 1) // k)
+
+
+def work_cells(job: TabularJob, *, rows: int | None = None, rounds: int | None = None) -> float:
+    """Units of work of one model fit (one fold) on ``rows`` training rows (default :func:`fit_rows`),
+    with ``rounds`` trees (iterations for a linear model) instead of the job's."""
+    rows = fit_rows(job) if rows is None else rows
+    trees = job.trees if rounds is None else rounds
+    iterations = job.iterations if rounds is None else rounds
     classes = job.classes if job.objective == "multiclass" else 1
     if job.library in GBDT:
-        return gbdt_cells(rows=job.rows, features=job.features, depth=effective_depth(job), trees=job.trees, classes=classes)
+        return gbdt_cells(rows=rows, features=job.features, depth=effective_depth(job), trees=trees, classes=classes)
     if job.library is TabularLibrary.SKLEARN_RF:
-        return forest_cells(rows=job.rows, features=job.features, depth=effective_depth(job), trees=job.trees)
-    return linear_cells(rows=job.rows, features=job.features, iterations=job.iterations) * classes
+        return forest_cells(rows=rows, features=job.features, depth=effective_depth(job), trees=trees)
+    return linear_cells(rows=rows, features=job.features, iterations=iterations) * classes
+
+
+def measured_ns_per_cell(
+    job: TabularJob, catalog: Catalog, *, rows: int, rounds: int, fit_s: float, threads: int
+) -> float:
+    """The per-core rate one measured CPU fit implies — the inverse of :func:`estimate_tabular`.
+
+    ``fit_s`` seconds for one fit on ``rows`` training rows and ``rounds``
+    trees (iterations) with ``threads`` library threads; the result is in the unit of
+    ``tabular_rates.csv`` (ns per cell on one core), so a calibration replaces
+    the catalog's rate one for one.
+    """
+    serial = _rate(catalog, job.library, "cpu").serial_fraction
+    return fit_s * 1e9 * amdahl_speedup(threads, serial) / work_cells(job, rows=rows, rounds=rounds)
 
 
 def host_memory_bytes(job: TabularJob, parallel_fits: int) -> MemoryBreakdown:
@@ -157,7 +184,7 @@ def estimate_tabular(job: TabularJob, hw: Hardware, catalog: Catalog, *, ns_per_
         rate = _rate(catalog, job.library, "cpu")
         ns = ns_per_cell if ns_per_cell is not None else rate.ns_per_cell
         parallel_fits = max(1, min(folds, int(cores)))
-        cores_per_fit = cores / parallel_fits
+        cores_per_fit = max(1, int(cores) // parallel_fits)  # whole threads per fit, as trainplan run splits them
         fit_s = cells * ns * 1e-9 / amdahl_speedup(cores_per_fit, rate.serial_fraction)
         train_s = math.ceil(folds / parallel_fits) * fit_s
         strategy = "cpu"
@@ -173,7 +200,7 @@ def estimate_tabular(job: TabularJob, hw: Hardware, catalog: Catalog, *, ns_per_
     if reason is None and mem.peak > capacity * GIB * catalog.assumption("host_ram_usable_fraction"):
         reason = f"needs {mem.peak / GIB:.1f} GiB RAM > {capacity:.0f} GiB on {hw.label}"
     timing = job_timing(hw, train_s=train_s)
-    samples = job.rows * folds  # rows fitted, all folds
+    samples = fit_rows(job) * folds  # training rows fitted, all folds
     return Estimate(
         kind="tabular",
         strategy=strategy,

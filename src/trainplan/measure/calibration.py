@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from enum import Enum
 from pathlib import Path
 from typing import Any, Iterator
@@ -58,12 +58,13 @@ class Calibration:
     peak_gib: float | None
     #: model FLOP/s per device (6·N + attention per token, PaLM App. B), transformer jobs
     achieved_tflops: float | None
-    #: core-seconds per row·feature·tree·depth, tabular jobs
-    core_s_per_row_feature_tree_depth: float | None
     recorded_at: str  # ISO 8601, UTC
     host: str
     job_name: str
     run_dir: str
+    #: tabular CPU jobs: ns per unit of work on one core, the unit of ``tabular_rates.csv``
+    #: (:func:`trainplan.estimate.tabular.measured_ns_per_cell`)
+    ns_per_cell: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -71,10 +72,11 @@ class Calibration:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Calibration":
         names = {f.name for f in fields(cls)}
-        missing = names - set(data)
+        required = {f.name for f in fields(cls) if f.default is MISSING}
+        missing = required - set(data)
         if missing:
             raise ValueError(f"missing {', '.join(sorted(missing))}")
-        return cls(**{k: data[k] for k in names})
+        return cls(**{k: data[k] for k in names if k in data})
 
 
 def _value(x: str | Enum) -> str:

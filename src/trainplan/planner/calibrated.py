@@ -5,16 +5,22 @@ from __future__ import annotations
 from typing import Callable
 
 from trainplan.estimate.result import Hardware
-from trainplan.spec import Job, TransformerJob
+from trainplan.spec import Job, TabularJob, TransformerJob
 
 
-def efficiency_lookup(job: Job) -> Callable[[Hardware], float | None] | None:
-    """A function giving the measured MFU for an option's accelerator, if a run on it was recorded.
+def efficiency_lookup(job: Job, *, this_machine: str | None = None) -> Callable[[Hardware], float | None] | None:
+    """A function giving an option's measured efficiency, if a run on its hardware was recorded.
 
     A transformer run records its achieved model TFLOP/s per device; divided by
     the accelerator's dense peak for the job's dtype it is the efficiency the
-    estimator would otherwise take from assumptions.yaml.  Latest record wins.
+    estimator would otherwise take from assumptions.yaml.  A tabular run records
+    the per-core rate (ns per cell) of its library on the CPU it ran on, which
+    replaces the rate from tabular_rates.csv for that CPU: ``this_machine`` is
+    the probe's hardware id (``cpu:<model>:<cores>``) of the machine the option
+    stands for.  Latest record wins.
     """
+    if isinstance(job, TabularJob):
+        return _tabular_rate_lookup(job, this_machine)
     if not isinstance(job, TransformerJob):
         return None
     try:
@@ -35,5 +41,21 @@ def efficiency_lookup(job: Job) -> Callable[[Hardware], float | None] | None:
             return None
         peak = acc.peak_tflops(dtype)
         return min(1.0, latest[acc.id] / peak) if peak else None
+
+    return lookup
+
+
+def _tabular_rate_lookup(job: TabularJob, this_machine: str | None) -> Callable[[Hardware], float | None] | None:
+    if this_machine is None:
+        return None  # catalog instances are not the machine a run measured
+    from trainplan.measure.calibration import lookup as find
+
+    record = find(this_machine, "tabular", job.library.value)
+    if record is None or not record.ns_per_cell:
+        return None
+    rate = float(record.ns_per_cell)
+
+    def lookup(hw: Hardware) -> float | None:
+        return rate if hw.accelerator is None and hw.instance is None else None
 
     return lookup

@@ -50,7 +50,7 @@ def predict_run(job: Job, strategy: str, devices: int, device_kind: str) -> dict
     else:
         acc = find_accelerator(device_kind, catalog)
         hw = hardware_for_gpu(acc, catalog, gpus=max(1, devices))
-    lookup = efficiency_lookup(job)
+    lookup = efficiency_lookup(job, this_machine=device_kind)
     est = make_estimator(job, catalog, efficiency_for=lookup)
     e = est(hw, None if isinstance(job, TabularJob) else Strategy.parse(strategy))
     out: dict[str, Any] = {

@@ -83,6 +83,8 @@ class RunSummary:
     prediction_note: str | None = None
     message: str | None = None
     notes: tuple[str, ...] = field(default=())
+    #: the prediction used a rate measured by an earlier run on this machine (the calibration store)
+    predicted_from_calibration: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -103,6 +105,7 @@ class RunSummary:
             "precision": self.precision,
             "peak_method": self.peak_method,
             "prediction_note": self.prediction_note,
+            "predicted_from_calibration": self.predicted_from_calibration,
             "message": self.message,
             "notes": list(self.notes),
         }
@@ -311,14 +314,12 @@ def calibration_from(summary: RunSummary, job: Any, result: dict[str, Any]) -> C
     m = summary.measured
     work = result.get("workload", {})
     tflops = None
-    core_s = None
+    ns_per_cell = None
     throughput = m.get(_throughput_key(kind))
     if kind is JobKind.TRANSFORMER and throughput and work.get("flops_per_token"):
         tflops = work["flops_per_token"] * throughput / summary.devices / 1e12
-    if kind is JobKind.TABULAR and job.library is not TabularLibrary.SKLEARN_LINEAR and m.get("train_s"):
-        units = sum(f["rows"] for f in result.get("folds", [])) * work["features"] * work["rounds_per_fit"] * work["depth"]
-        cores = work["parallel_fits"] * work["threads_per_fit"]
-        core_s = m["train_s"] * cores / units if units else None
+    if kind is JobKind.TABULAR and result.get("folds"):
+        ns_per_cell = tabular_ns_per_cell(job, result)
     unit = {JobKind.TRANSFORMER: "tokens/s", JobKind.TORCH: "samples/s", JobKind.TABULAR: "rows/s"}[kind]
     return Calibration(
         hardware_id=summary.hardware_id,
@@ -330,12 +331,32 @@ def calibration_from(summary: RunSummary, job: Any, result: dict[str, Any]) -> C
         throughput_unit=unit,
         peak_gib=m.get("peak_gib"),
         achieved_tflops=tflops,
-        core_s_per_row_feature_tree_depth=core_s,
         recorded_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         host=socket.gethostname() or platform.node(),
         job_name=job.name,
         run_dir=str(summary.out),
+        ns_per_cell=ns_per_cell,
     )
+
+
+def tabular_ns_per_cell(job: Any, result: dict[str, Any]) -> float | None:
+    """The per-core rate the finished folds imply (median over folds), in the catalog's unit."""
+    from statistics import median
+
+    from trainplan.catalog import get_catalog
+    from trainplan.estimate.tabular import measured_ns_per_cell
+
+    work = result["workload"]
+    shape = {"rows": work["rows"], "features": work["features"]}
+    if job.objective == "multiclass" and work.get("classes"):
+        shape["classes"] = work["classes"]
+    real = job.model_copy(update=shape)
+    rates = [
+        measured_ns_per_cell(real, get_catalog(), rows=f["rows"], rounds=f["rounds"], fit_s=f["fit_s"], threads=work["threads_per_fit"])
+        for f in result["folds"]
+        if f["fit_s"] > 0 and f["rounds"] > 0
+    ]
+    return median(rates) if rates else None
 
 
 # --------------------------------------------------------------------------- the whole run
@@ -442,6 +463,7 @@ def execute(
         prediction_note=option.prediction.note,
         message=message,
         notes=config.notes,
+        predicted_from_calibration=option.prediction.from_calibration,
     )
     write_json_atomic(paths.summary, summary.to_json())
     if status == "completed" and result is not None and request.script is None:

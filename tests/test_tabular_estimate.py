@@ -1,0 +1,55 @@
+"""The tabular estimator: rows per fold, and the inverse used to calibrate it from a measured fit."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainplan import get_catalog, parse_job
+from trainplan.estimate.tabular import estimate_tabular, fit_rows, measured_ns_per_cell
+from trainplan.planner.local import local_cpu_hardware
+
+LIBRARIES = ("xgboost", "lightgbm", "sklearn-hgb", "sklearn-rf", "sklearn-linear")
+
+
+def _job(**fields):
+    base = {"kind": "tabular", "library": "xgboost", "rows": 100_000, "features": 20, "trees": 100, "max_depth": 6}
+    return parse_job(base | fields)
+
+
+@pytest.mark.parametrize("rows,folds,expected", [(1000, 1, 1000), (1000, 4, 750), (10, 5, 8), (7, 2, 3)])
+def test_a_fold_trains_on_k_minus_one_of_k_parts(rows, folds, expected) -> None:
+    assert fit_rows(_job(rows=rows, cv_folds=folds)) == expected
+
+
+def test_four_fold_cv_on_one_core_costs_three_full_fits() -> None:
+    cat = get_catalog()
+    one_core = local_cpu_hardware(1)
+    single = estimate_tabular(_job(cv_folds=1), one_core, cat)
+    cv = estimate_tabular(_job(cv_folds=4), one_core, cat)
+    assert cv.train_s == pytest.approx(3 * single.train_s)  # 4 fits on 3/4 of the rows each
+    assert cv.throughput == pytest.approx(single.throughput)  # training rows per second do not change
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+@pytest.mark.parametrize("cores,folds", [(1, 1), (8, 4), (16, 5), (6, 3)])
+def test_measured_rate_inverts_the_estimate(library, cores, folds) -> None:
+    """A fit taking exactly the predicted time implies exactly the rate the prediction used."""
+    cat = get_catalog()
+    job = _job(library=library, cv_folds=folds)
+    e = estimate_tabular(job, local_cpu_hardware(cores), cat, ns_per_cell=3.7)
+    parallel = int(e.time_breakdown["parallel_fits"])
+    rounds = job.iterations if library == "sklearn-linear" else job.trees
+    rate = measured_ns_per_cell(
+        job, cat, rows=fit_rows(job), rounds=rounds, fit_s=e.time_breakdown["fit_s"], threads=cores // parallel
+    )
+    assert rate == pytest.approx(3.7)
+    assert e.calibrated
+
+
+def test_a_fit_with_more_threads_implies_a_slower_core_than_the_same_time_on_one() -> None:
+    cat = get_catalog()
+    job = _job()
+    one = measured_ns_per_cell(job, cat, rows=75_000, rounds=100, fit_s=10.0, threads=1)
+    four = measured_ns_per_cell(job, cat, rows=75_000, rounds=100, fit_s=10.0, threads=4)
+    assert four > 3 * one  # Amdahl: 4 threads with a small serial share are a little under 4× one
+    assert measured_ns_per_cell(job, cat, rows=75_000, rounds=50, fit_s=10.0, threads=1) == pytest.approx(2 * one)
