@@ -53,3 +53,17 @@ def test_a_fit_with_more_threads_implies_a_slower_core_than_the_same_time_on_one
     four = measured_ns_per_cell(job, cat, rows=75_000, rounds=100, fit_s=10.0, threads=4)
     assert four > 3 * one  # Amdahl: 4 threads with a small serial share are a little under 4× one
     assert measured_ns_per_cell(job, cat, rows=75_000, rounds=50, fit_s=10.0, threads=1) == pytest.approx(2 * one)
+
+
+def test_each_parallel_fit_holds_its_fold_and_the_library_copy() -> None:
+    cat = get_catalog()
+    machine = local_cpu_hardware(4)
+    xgb = estimate_tabular(_job(cv_folds=4), machine, cat)
+    lgbm = estimate_tabular(_job(library="lightgbm", cv_folds=4), machine, cat)
+    training_cells = fit_rows(_job(cv_folds=4)) * 20
+    assert xgb.time_breakdown["parallel_fits"] == lgbm.time_breakdown["parallel_fits"] == 4
+    # XGBoost's DMatrix keeps 8 bytes per cell (CSR entry); LightGBM bins from the caller's array
+    assert xgb.memory.activations - lgbm.memory.activations == pytest.approx(4 * 8 * training_cells)
+    one_at_a_time = estimate_tabular(_job(cv_folds=4), local_cpu_hardware(1), cat)
+    # three fewer fits in memory at once: each held a float32 fold copy, the DMatrix, bins and gradients
+    assert xgb.memory.activations - one_at_a_time.memory.activations >= 3 * (4 + 8 + 1) * training_cells

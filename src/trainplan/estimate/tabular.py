@@ -111,11 +111,20 @@ def measured_ns_per_cell(
     return fit_s * 1e9 * amdahl_speedup(threads, serial) / work_cells(job, rows=rows, rounds=rounds)
 
 
-def host_memory_bytes(job: TabularJob, parallel_fits: int) -> MemoryBreakdown:
-    """RAM of a tabular fit: the data (float32), per-fit binned copy (1 byte/cell with ≤ 256 bins),
+def library_copy_bytes(job: TabularJob, catalog: Catalog) -> float:
+    """Bytes per training cell the library holds beside the caller's array (assumptions.yaml, with sources)."""
+    entry = catalog.assumptions["tabular_library_copy_bytes"]
+    return float(entry.get("by_library", {}).get(job.library.value, entry["value"]))
+
+
+def host_memory_bytes(job: TabularJob, parallel_fits: int, copy_bytes: float = 0.0) -> MemoryBreakdown:
+    """RAM of a tabular fit: the data (float32); per parallel fit the fold's training rows (a float32 copy:
+    ``X[train]`` is advanced indexing, which always copies — NumPy manual, "Indexing on ndarrays"), the
+    library's own copy of them (``copy_bytes`` per cell), the binned copy (1 byte/cell with ≤ 256 bins),
     gradient pairs and predictions, histograms per thread, and the trees (RF)."""
     cells = job.rows * job.features
     raw = 4.0 * cells  # float32 matrix
+    fold_copies = (4.0 + copy_bytes) * fit_rows(job) * job.features
     bin_bytes = 1 if job.max_bins <= 256 else 2
     classes = job.classes if job.objective == "multiclass" else 1
     per_fit = 0.0
@@ -134,7 +143,7 @@ def host_memory_bytes(job: TabularJob, parallel_fits: int) -> MemoryBreakdown:
         weights=trees,
         gradients=0.0,
         optimizer=0.0,
-        activations=raw + parallel_fits * per_fit,
+        activations=raw + parallel_fits * (fold_copies + per_fit),
         overhead=base,
         phase="fit",
     )
@@ -190,7 +199,7 @@ def estimate_tabular(job: TabularJob, hw: Hardware, catalog: Catalog, *, ns_per_
         strategy = "cpu"
         if parallel_fits > 1:
             notes.append(f"{parallel_fits} folds in parallel, {cores_per_fit:.0f} cores each")
-    mem = host_memory_bytes(job, parallel_fits)
+    mem = host_memory_bytes(job, parallel_fits, library_copy_bytes(job, catalog))
     capacity = hw.ram_gib_per_node
     if hw.accelerator is not None:
         # GPU memory: binned matrix (ELLPACK, ~1 byte/cell) + gradient pairs + histograms.
