@@ -85,3 +85,20 @@ def test_a_corrupt_store_is_a_clear_error() -> None:
     store_path().write_text("{not json")
     with pytest.raises(TrainplanError, match="calibration store is unreadable"):
         load_calibrations()
+
+
+def test_a_store_written_before_ns_per_cell_still_loads() -> None:
+    """Records from the first store format (a core-seconds field, no ns_per_cell) load; the rate is unknown."""
+    import json
+
+    old = _cal().to_json()
+    del old["ns_per_cell"]
+    old["core_s_per_row_feature_tree_depth"] = 1e-9
+    store_path().parent.mkdir(parents=True)
+    store_path().write_text(json.dumps({"version": 1, "calibrations": [old]}))
+    (loaded,) = load_calibrations()
+    assert loaded.ns_per_cell is None and loaded.throughput == 1e5
+    broken = {k: v for k, v in old.items() if k != "hardware_id"}
+    store_path().write_text(json.dumps({"version": 1, "calibrations": [broken]}))
+    with pytest.raises(TrainplanError, match="missing hardware_id"):
+        load_calibrations()

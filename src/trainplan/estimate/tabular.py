@@ -117,7 +117,7 @@ def library_copy_bytes(job: TabularJob, catalog: Catalog) -> float:
     return float(entry.get("by_library", {}).get(job.library.value, entry["value"]))
 
 
-def host_memory_bytes(job: TabularJob, parallel_fits: int, copy_bytes: float = 0.0) -> MemoryBreakdown:
+def host_memory_bytes(job: TabularJob, parallel_fits: int, *, copy_bytes: float) -> MemoryBreakdown:
     """RAM of a tabular fit: the data (float32); per parallel fit the fold's training rows (a float32 copy:
     ``X[train]`` is advanced indexing, which always copies — NumPy manual, "Indexing on ndarrays"), the
     library's own copy of them (``copy_bytes`` per cell), the binned copy (1 byte/cell with ≤ 256 bins),
@@ -199,7 +199,7 @@ def estimate_tabular(job: TabularJob, hw: Hardware, catalog: Catalog, *, ns_per_
         strategy = "cpu"
         if parallel_fits > 1:
             notes.append(f"{parallel_fits} folds in parallel, {cores_per_fit:.0f} cores each")
-    mem = host_memory_bytes(job, parallel_fits, library_copy_bytes(job, catalog))
+    mem = host_memory_bytes(job, parallel_fits, copy_bytes=library_copy_bytes(job, catalog))
     capacity = hw.ram_gib_per_node
     if hw.accelerator is not None:
         # GPU memory: binned matrix (ELLPACK, ~1 byte/cell) + gradient pairs + histograms.
