@@ -18,7 +18,7 @@ import pytest
 from trainplan import InfeasibleError, Objective, get_catalog, load_catalog, load_job, parse_job, plan_job
 from trainplan.catalog import DATA_DIR, CloudTerms, find_accelerator
 from trainplan.estimate.memory import GIB, MemoryBreakdown
-from trainplan.estimate.result import Estimate, Hardware, billed_seconds
+from trainplan.estimate.result import Estimate, Hardware, Rejection, RejectKind, billed_seconds
 from trainplan.estimate.tabular import estimate_tabular
 from trainplan.estimate.transformer import estimate_transformer
 from trainplan.planner.candidates import hardware_for_gpu, hardware_for_instance
@@ -68,8 +68,7 @@ def _est(tag: int, *, hours: float, cost: float, devices: int = 1, fits: bool = 
         kind="tabular",
         strategy="cpu",
         hardware=_hw(devices),
-        fits=fits,
-        reason=None if fits else "needs 99.0 GiB RAM > 16 GiB",
+        rejection=None if fits else Rejection(RejectKind.HOST_MEMORY, "needs 99.0 GiB RAM > 16 GiB", 99 * GIB, 16 * GIB, "bytes"),
         memory=MemoryBreakdown(weights=0.0, gradients=0.0, optimizer=0.0, activations=GIB, overhead=0.0),
         capacity_gib=16.0,
         step_time_s=1.0,

@@ -27,7 +27,9 @@ from pydantic import (
     model_validator,
 )
 
+from trainplan.catalog import Catalog, resolve_model
 from trainplan.errors import SpecError
+from trainplan.model import STRICT, ModelArch, PositiveFloat, PositiveInt
 
 # --------------------------------------------------------------------------- enums
 
@@ -107,51 +109,7 @@ class Cloud(str, Enum):
 
 # --------------------------------------------------------------------------- parts
 
-_STRICT = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
-
-def _no_bool(v: Any) -> Any:
-    # pydantic turns true/false into 1/0; a size given as a boolean is a mistake.
-    if isinstance(v, bool):
-        raise ValueError(f"must be a number, got {str(v).lower()}")
-    return v
-
-
-PositiveInt = Annotated[int, BeforeValidator(_no_bool), Field(gt=0)]
-PositiveFloat = Annotated[float, Field(gt=0)]
-
-
-class ModelArch(BaseModel):
-    """A transformer architecture, given inline or read from a preset."""
-
-    model_config = _STRICT
-
-    arch: Literal["decoder", "encoder", "encoder-decoder"] = "decoder"
-    layers: PositiveInt
-    decoder_layers: PositiveInt | None = None  # encoder-decoder only; default = layers
-    hidden: PositiveInt
-    heads: PositiveInt
-    kv_heads: PositiveInt | None = None  # default = heads (no GQA)
-    head_dim: PositiveInt | None = None  # default = hidden / heads
-    ffn_hidden: PositiveInt
-    mlp: Literal["swiglu", "gelu"] = "swiglu"
-    vocab: PositiveInt
-    tied_embeddings: bool = False
-    position: Literal["rope", "learned", "alibi", "relative"] = "rope"
-    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
-    bias: bool = False
-    max_seq_len: PositiveInt | None = None
-    extra_embedding_params: Annotated[int, Field(ge=0)] = 0
-    params: PositiveInt | None = None  # published count, used as a check
-    name: str | None = None
-
-    @model_validator(mode="after")
-    def _check_heads(self) -> "ModelArch":
-        kv = self.kv_heads or self.heads
-        if self.heads % kv:
-            raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({kv})")
-        if self.head_dim is None and self.hidden % self.heads:
-            raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads}) or head_dim given")
-        return self
+_STRICT = STRICT
 
 
 class LoraSpec(BaseModel):
@@ -431,7 +389,7 @@ def _pick_error(errors: list[dict[str, Any]]) -> dict[str, Any]:
     return sorted(errors, key=lambda e: (e["type"] == "string_type", order.get(e["type"], 2), len(e["loc"])))[0]
 
 
-def parse_job(data: Any, *, source: str | None = None) -> Job:
+def parse_job(data: Any, *, source: str | None = None, catalog: Catalog | None = None) -> Job:
     """Validate a parsed job mapping.  Raises :class:`SpecError` with one clear line."""
     if not isinstance(data, dict):
         raise SpecError("the job file must be a mapping of field: value", source=source)
@@ -449,16 +407,14 @@ def parse_job(data: Any, *, source: str | None = None) -> Job:
     except ValidationError as exc:
         field, msg = _format_error(_pick_error(exc.errors()), kind)
         raise SpecError(msg, field=field, source=source) from None
-    _check_references(job, source)
+    _check_references(job, source, catalog)
     return job
 
 
-def _check_references(job: Job, source: str | None) -> None:
+def _check_references(job: Job, source: str | None, catalog: Catalog | None) -> None:
     """Checks that need the catalog: the model preset exists."""
     if isinstance(job, TransformerJob) and isinstance(job.model, str):
-        from trainplan.catalog import resolve_model
-
-        resolve_model(job.model, source=source)
+        resolve_model(job.model, catalog, source=source)
 
 
 def load_job(path: str | Path) -> Job:

@@ -11,7 +11,6 @@ import json
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -25,6 +24,7 @@ from trainplan.catalog.loader import (
     load_catalog,
 )
 from trainplan.errors import CatalogError, SpecError
+from trainplan.model import ModelArch, arch_from_hf_config
 
 __all__ = [
     "DATA_DIR",
@@ -94,71 +94,13 @@ def find_instance(name: str, catalog: Catalog | None = None, *, field: str = "--
 # ----------------------------------------------------------------------------- models
 
 
-def _arch_from_hf_config(cfg: dict[str, Any]) -> dict[str, Any]:
-    """Map a Hugging Face ``config.json`` onto trainplan's architecture fields.
-
-    Key names follow the transformers configuration classes (LlamaConfig,
-    MistralConfig, GPT2Config, OPTConfig, BertConfig, T5Config).
-    """
-    mt = str(cfg.get("model_type", "")).lower()
-
-    def first(*keys: str, default: Any = None) -> Any:
-        for k in keys:
-            if cfg.get(k) is not None:
-                return cfg[k]
-        return default
-
-    hidden = first("hidden_size", "n_embd", "d_model")
-    heads = first("num_attention_heads", "n_head", "num_heads")
-    layers = first("num_hidden_layers", "n_layer", "num_layers")
-    if hidden is None or heads is None or layers is None:
-        raise ValueError("config.json lacks hidden size, attention heads or layer count")
-    out: dict[str, Any] = {
-        "layers": layers,
-        "hidden": hidden,
-        "heads": heads,
-        "kv_heads": first("num_key_value_heads", default=heads),
-        "vocab": first("vocab_size"),
-        "tied_embeddings": bool(first("tie_word_embeddings", default=mt in ("gpt2", "t5", "opt", "bert"))),
-        "max_seq_len": first("max_position_embeddings", "n_positions", "n_ctx"),
-        "name": first("_name_or_path", default=mt or None) or None,
-    }
-    if cfg.get("head_dim") is not None and cfg["head_dim"] * heads != hidden:
-        out["head_dim"] = cfg["head_dim"]
-    if mt in ("llama", "mistral", "qwen2", "gemma"):
-        out.update(mlp="swiglu", ffn_hidden=cfg["intermediate_size"], position="rope", norm="rmsnorm", bias=False)
-    elif mt == "gpt2":
-        out.update(mlp="gelu", ffn_hidden=first("n_inner", default=4 * hidden), position="learned",
-                   norm="layernorm", bias=True)  # fmt: skip
-    elif mt == "opt":
-        out.update(mlp="gelu", ffn_hidden=cfg["ffn_dim"], position="learned", norm="layernorm", bias=True,
-                   extra_embedding_params=2 * hidden)  # fmt: skip
-    elif mt == "bert":
-        out.update(arch="encoder", mlp="gelu", ffn_hidden=cfg["intermediate_size"], position="learned",
-                   norm="layernorm", bias=True)  # fmt: skip
-    elif mt == "t5":
-        d_kv = cfg.get("d_kv", hidden // heads)
-        out.update(arch="encoder-decoder", mlp="swiglu" if "gated" in str(cfg.get("feed_forward_proj", "")) else "gelu",
-                   ffn_hidden=cfg["d_ff"], position="relative", norm="rmsnorm", bias=False,
-                   decoder_layers=cfg.get("num_decoder_layers") or layers)  # fmt: skip
-        if d_kv * heads != hidden:
-            out["head_dim"] = d_kv
-    else:
-        ffn = first("intermediate_size", "ffn_dim", "n_inner", "d_ff")
-        if ffn is None:
-            raise ValueError(f"unsupported model_type {mt!r}; give the architecture as a mapping")
-        out.update(ffn_hidden=ffn, mlp="swiglu" if cfg.get("hidden_act") == "silu" else "gelu")
-    return out
-
-
-def resolve_model(model: Any, *, source: str | None = None):  # -> ModelArch
-    """A preset name, a path to a Hugging Face ``config.json``, or a ModelArch → ModelArch."""
-    from trainplan.spec import ModelArch
-
+def resolve_model(model: str | ModelArch, catalog: Catalog | None = None, *, source: str | None = None) -> ModelArch:
+    """A preset name (from ``catalog``, the built-in one by default), a path to a Hugging Face ``config.json``,
+    or a :class:`ModelArch` → :class:`ModelArch`."""
     if isinstance(model, ModelArch):
         return model
     name = str(model)
-    presets = get_catalog().models
+    presets = (catalog or get_catalog()).models
     key = name.lower()
     if key in presets:
         entry = {k: v for k, v in presets[key].items() if k in ModelArch.model_fields}
@@ -169,7 +111,7 @@ def resolve_model(model: Any, *, source: str | None = None):  # -> ModelArch
             raise SpecError(f"config file not found: {name}", field="model", source=source)
         try:
             cfg = json.loads(path.read_text(encoding="utf-8"))
-            return ModelArch(**_arch_from_hf_config(cfg))
+            return arch_from_hf_config(cfg)
         except (ValueError, KeyError, TypeError, ValidationError) as exc:
             msg = str(exc).splitlines()[0]
             raise SpecError(f"cannot read {name} as a Hugging Face config: {msg}", field="model", source=source) from None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -12,13 +11,11 @@ from rich.console import Console
 from trainplan.catalog import find_accelerator, find_instance, get_catalog
 from trainplan.cli.common import dump_json, read_job
 from trainplan.errors import SpecError
-from trainplan.estimate.result import Hardware
+from trainplan.estimate.hardware import Hardware, hardware_for_cpus, hardware_for_gpu, hardware_for_instance
 from trainplan.planner.calibrated import efficiency_lookup
-from trainplan.planner.candidates import hardware_for_cpus, hardware_for_gpu, hardware_for_instance
-from trainplan.planner.core import fit_hint, make_estimator, rank_key, Objective
+from trainplan.planner.core import estimate_option
 from trainplan.report.tables import estimate_panel
-from trainplan.spec import TabularJob
-from trainplan.strategies import Layout, Strategy, strategies_for
+from trainplan.strategies import Layout, Strategy
 
 
 def _hardware(gpu: str | None, gpus: int, nodes: int, instance: str | None, cpus: int | None) -> Hardware:
@@ -52,17 +49,8 @@ def estimate_command(
     job = read_job(job_file)
     hw = _hardware(gpu, gpus, nodes, instance, cpus)
     catalog = get_catalog()
-    est = make_estimator(job, catalog, efficiency_for=efficiency_lookup(job), trace=trace)
-    if isinstance(job, TabularJob):
-        e = est(hw, None)
-    elif strategy is not None:
-        e = est(hw, Strategy.parse(strategy))
-    else:
-        tried = [est(hw, s) for s in strategies_for(hw.layout.world_size)]
-        fitting = sorted((x for x in tried if x.fits), key=rank_key(Objective.TIME))
-        e = fitting[0] if fitting else min(tried, key=lambda x: x.memory.peak)
-    if not e.fits and e.kind == "transformer" and not trace and e.reason and e.reason.startswith("needs"):
-        e = replace(e, hint=fit_hint(job, hw, Strategy(e.strategy), catalog))
+    e = estimate_option(job, hw, catalog, strategy=Strategy.parse(strategy) if strategy else None,
+                        efficiency_for=efficiency_lookup(job), trace=trace)  # fmt: skip
     if json_out:
         typer.echo(dump_json(e.to_dict()))
         return

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -12,9 +11,8 @@ from rich.console import Console
 from trainplan.catalog import get_catalog
 from trainplan.cli.common import dump_json, read_job
 from trainplan.planner.calibrated import efficiency_lookup
-from trainplan.planner.core import Objective, fit_hint, plan_job, require_options
+from trainplan.planner.core import Objective, plan_job, require_options
 from trainplan.report.tables import plan_table, rejected_table, tradeoff_text
-from trainplan.strategies import Strategy
 
 
 def plan_command(
@@ -28,22 +26,15 @@ def plan_command(
     job = read_job(job_file)
     catalog = get_catalog()
     plan = require_options(plan_job(job, catalog, objective=objective, efficiency_for=efficiency_lookup(job), trace=trace), job)
-    # Hints for the rejections that will be shown (each costs a few re-estimates).
-    shown = tuple(
-        replace(e, hint=fit_hint(job, e.hardware, Strategy(e.strategy), catalog))
-        if e.kind == "transformer" and not trace and e.reason and e.reason.startswith("needs")
-        else e
-        for e in plan.rejected[:top]
-    )
     if json_out:
         typer.echo(dump_json({
             "job": job.name,
             "objective": plan.objective.value,
             "options": [dict(e.to_dict(), rank=i + 1, pareto=i in plan.pareto) for i, e in enumerate(plan.options)],
-            "rejected": [e.to_dict() for e in shown + plan.rejected[top:]],
+            "rejected": [e.to_dict() for e in plan.rejected],
         }))  # fmt: skip
         return
     console = Console(width=None if Console().is_terminal else 160)
     console.print(plan_table(plan, top=top, title=f"{job.name}: {len(plan.options)} options fit, ranked by {plan.objective.value}"))
     console.print(tradeoff_text(plan))
-    console.print(rejected_table(shown, total=len(plan.rejected)))
+    console.print(rejected_table(plan.rejected[:top], total=len(plan.rejected)))

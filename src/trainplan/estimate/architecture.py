@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainplan.spec import LoraSpec, ModelArch
+from trainplan.model import ModelArch
+from trainplan.spec import LoraSpec
 
 # Bits per parameter of a 4-bit NormalFloat weight with double quantisation:
 # 4 bits + 8-bit absmax per 64-block + fp32 constant per 256 such blocks
@@ -79,12 +80,13 @@ def _norm_params(a: ModelArch) -> int:
     return a.hidden * (2 if a.norm == "layernorm" and a.bias else 1)
 
 
-def param_counts(a: ModelArch) -> ParamCounts:
-    """Parameters by part; ``total`` matches ``sum(p.numel())`` of the built model."""
+def param_counts(a: ModelArch, seq_len: int | None = None) -> ParamCounts:
+    """Parameters by part; ``total`` matches ``sum(p.numel())`` of the model built for ``seq_len``
+    (a learned position table covers the job's sequences: ``ModelArch.positions``)."""
     norm_params = _norm_params(a)
     embedding = a.vocab * a.hidden + a.extra_embedding_params
     if a.position == "learned":
-        embedding += (a.max_seq_len or 2048) * a.hidden
+        embedding += a.positions(seq_len) * a.hidden
     lm_head = 0 if a.tied_embeddings else a.vocab * a.hidden
     enc_lin, enc_other = _block_counts(a, cross_attention=False)
     if a.arch == "encoder-decoder":
@@ -121,8 +123,7 @@ def lora_targets(a: ModelArch, lora: LoraSpec) -> dict[str, tuple[int, int]]:
 def lora_params(a: ModelArch, lora: LoraSpec) -> int:
     """Trainable adapter parameters: rank × (in + out) per targeted matrix per block (Hu et al. 2021, "LoRA", Sec. 4)."""
     per_block = sum(lora.rank * (i + o) for i, o in lora_targets(a, lora).values())
-    n_blocks = a.layers + (a.decoder_layers or a.layers if a.arch == "encoder-decoder" else 0)
-    return n_blocks * per_block
+    return a.blocks * per_block
 
 
 def largest_block_params(a: ModelArch) -> int:

@@ -291,16 +291,16 @@ def sharding_buffer_bytes(strategy: Strategy, *, largest_block_params: float, wo
     return 0.0
 
 
-def optimizer_step_temporary_bytes(trainable_local_params: float, optimizer: Optimizer, strategy: Strategy) -> float:
-    """Temporaries of a multi-tensor (foreach) AdamW step: one fp32 buffer per local parameter.
+def optimizer_foreach_temporary_bytes(trainable_params: float, optimizer: Optimizer) -> float:
+    """Temporaries of a multi-tensor (foreach) optimizer step in plain PyTorch: one fp32 buffer per parameter.
 
     ``torch.optim.AdamW`` (foreach, the CUDA default) computes the square root
-    of the variance for all parameters at once.  DeepSpeed's fused Adam does not.
+    of the variance for all parameters at once; Lion its update direction.
+    Sharding divides them with the optimizer state; DeepSpeed's fused Adam and
+    CPU optimizers make none (the composer applies both rules).
     """
-    if strategy.engine is Engine.DEEPSPEED or strategy.offloads_optimizer:
-        return 0.0
     if optimizer in (Optimizer.ADAMW, Optimizer.LION):
-        return 4.0 * trainable_local_params
+        return 4.0 * trainable_params
     return 0.0
 
 

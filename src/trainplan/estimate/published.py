@@ -16,7 +16,7 @@ from trainplan.catalog import Catalog, get_catalog
 from trainplan.errors import TrainplanError
 from trainplan.estimate.memory import GIB
 from trainplan.estimate.transformer import estimate_transformer
-from trainplan.planner.candidates import hardware_for_gpu
+from trainplan.estimate.hardware import hardware_for_gpu
 from trainplan.spec import ModelArch, TransformerJob, parse_job
 from trainplan.strategies import Strategy
 

@@ -1,42 +1,15 @@
-"""Typed results shared by every estimator, and the hardware an estimate is for."""
+"""Typed results shared by every estimator: the estimate, its typed rejection, job time and cost."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
-from trainplan.catalog import Accelerator, CloudTerms, Instance
+from trainplan.catalog import CloudTerms
+from trainplan.estimate.hardware import Hardware
 from trainplan.estimate.memory import GIB, MemoryBreakdown
-from trainplan.strategies import Layout
-
-
-@dataclass(frozen=True)
-class Hardware:
-    """What an option runs on: an instance type (× nodes), or a bare accelerator/CPU count."""
-
-    layout: Layout
-    accelerator: Accelerator | None  # None: CPU only
-    instance: Instance | None  # None when named by --gpu/--cpus without an instance
-    price_usd_per_h_per_node: float
-    price_note: str
-    vcpus_per_node: int
-    ram_gib_per_node: float
-    intra_node_bw_gb_s: float | None
-    network_gbps: float | None
-    cloud: str
-    terms: CloudTerms | None
-    cpu_model: str = ""
-
-    @property
-    def label(self) -> str:
-        if self.instance is not None:
-            base = f"{self.instance.cloud}:{self.instance.name}"
-        elif self.accelerator is not None:
-            base = f"{self.layout.gpus_per_node}x{self.accelerator.id}"
-        else:
-            base = f"{self.vcpus_per_node} vCPU"
-        return base if self.layout.nodes == 1 else f"{self.layout.nodes}x {base}"
 
 
 def billed_seconds(seconds: float, terms: CloudTerms | None) -> float:
@@ -67,6 +40,43 @@ def job_timing(hw: Hardware, *, train_s: float) -> Timing:
     return Timing(train_s, startup, billed / 3600.0 * hw.price_usd_per_h_per_node * hw.layout.nodes)
 
 
+class RejectKind(str, Enum):
+    """Why an option was rejected: what the planner sorts and explains by (never by the text)."""
+
+    NO_DEVICE = "no-device"  # the job needs a device kind this option lacks (an accelerator, a CUDA GPU)
+    LAYOUT = "layout"  # strategy and device count do not go together
+    PRECISION = "precision"  # the device has no units for the job's precision
+    PLATFORM = "platform"  # the software stack does not run there (DeepSpeed on TPU, bitsandbytes off CUDA)
+    MISSING_FIGURE = "missing-figure"  # the catalog lacks a figure the estimate needs (a bandwidth, a peak)
+    BATCH = "batch"  # the global batch does not divide over the devices
+    DEVICE_MEMORY = "device-memory"  # the step does not fit in one device's memory
+    HOST_MEMORY = "host-memory"  # host RAM (offload, tabular data) does not suffice
+    WASTE = "waste"  # it would run, but leaves hardware idle (a tabular job on 8 GPUs)
+    DEADLINE = "deadline"  # a job constraint: takes longer than the deadline
+    BUDGET = "budget"  # a job constraint: costs more than the budget
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A typed reason: its kind, the numbers behind it (``needed`` vs ``available`` in ``unit``), and its text."""
+
+    kind: RejectKind
+    text: str
+    needed: float | None = None
+    available: float | None = None
+    unit: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        """needed / available, where both are known (how far from fitting)."""
+        if self.needed is None or not self.available:
+            return None
+        return self.needed / self.available
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind.value, "needed": self.needed, "available": self.available, "unit": self.unit}
+
+
 @dataclass(frozen=True)
 class Estimate:
     """Everything trainplan predicts for one (job, hardware, strategy)."""
@@ -74,8 +84,7 @@ class Estimate:
     kind: str
     strategy: str  # a Strategy value, or "cpu"/"gpu" engine names for tabular jobs
     hardware: Hardware
-    fits: bool
-    reason: str | None
+    rejection: Rejection | None  # None: the option fits
     memory: MemoryBreakdown
     capacity_gib: float  # per device (GPU memory, or host RAM for CPU jobs)
     step_time_s: float
@@ -94,6 +103,14 @@ class Estimate:
     calibrated: bool = False  # efficiency or rate from a measured run
     notes: tuple[str, ...] = ()
     trace: dict[str, Any] | None = None  # what tracing the real model found (params, FLOPs, single-device peak)
+
+    @property
+    def fits(self) -> bool:
+        return self.rejection is None
+
+    @property
+    def reason(self) -> str | None:
+        return self.rejection.text if self.rejection else None
 
     @property
     def hours(self) -> float:
@@ -143,6 +160,7 @@ class Estimate:
             "time_breakdown_s": dict(self.time_breakdown),
             "calibrated": self.calibrated,
             "reason": self.reason,
+            "rejection": self.rejection.to_dict() if self.rejection else None,
             "hint": self.hint,
             "notes": list(self.notes),
         }

@@ -25,6 +25,27 @@ class StepTime:
     reason: str | None  # why the time cannot be computed (missing bandwidth, no peak)
 
 
+def matmul_efficiency(catalog: Catalog, accelerator_id: str, hidden: int) -> float:
+    """Default fraction of dense peak a transformer training step reaches (MFU), by accelerator and width.
+
+    ``mfu_large`` is the asymptote for wide models; narrow models lose to
+    kernel-launch and memory-bound work: eff = mfu_large · h / (h + h_half).
+    Both constants and their sources are in assumptions.yaml.
+    """
+    table = catalog.assumptions.get("mfu_large", {}).get("by_accelerator", {})
+    large = float(table.get(accelerator_id, catalog.assumption("mfu_large")))
+    h_half = catalog.assumption("mfu_hidden_half")
+    return large * hidden / (hidden + h_half)
+
+
+def default_efficiency(catalog: Catalog, accelerator_id: str, width: int | None) -> float:
+    """The efficiency an estimate uses without a measured run: the transformer curve for a model
+    of known width, else the traced default (``mfu_traced_default``, sourced in assumptions.yaml)."""
+    if width is not None:
+        return matmul_efficiency(catalog, accelerator_id, width)
+    return catalog.assumption("mfu_traced_default")
+
+
 def links_for(hw: Hardware, catalog: Catalog) -> Links:
     """Achievable bandwidths: the catalog's peak link figures × the NCCL bus-bandwidth fraction."""
     eff = catalog.assumption("comm_bw_efficiency")

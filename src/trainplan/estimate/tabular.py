@@ -36,7 +36,7 @@ from trainplan.catalog import Catalog
 from trainplan.catalog.loader import TabularRate
 from trainplan.errors import CatalogError
 from trainplan.estimate.memory import GIB, MemoryBreakdown
-from trainplan.estimate.result import Estimate, Hardware, job_timing
+from trainplan.estimate.result import Estimate, Hardware, Rejection, RejectKind, job_timing
 from trainplan.spec import TabularJob, TabularLibrary
 
 GBDT = (TabularLibrary.XGBOOST, TabularLibrary.LIGHTGBM, TabularLibrary.SKLEARN_HGB)
@@ -83,18 +83,23 @@ def fit_rows(job: TabularJob) -> int:
     return job.rows if k < 2 else max(1, job.rows * (k - 1) // k)
 
 
+def rounds_per_fit(job: TabularJob) -> int:
+    """Rounds of one fit — the unit of a tabular *step*: trees (boosting rounds, forest trees), or
+    solver iterations for ``sklearn-linear`` (its ``max_iter``).  ``trainplan run`` counts the same."""
+    return job.iterations if job.library is TabularLibrary.SKLEARN_LINEAR else job.trees
+
+
 def work_cells(job: TabularJob, *, rows: int | None = None, rounds: int | None = None) -> float:
     """Units of work of one model fit (one fold) on ``rows`` training rows (default :func:`fit_rows`),
-    with ``rounds`` trees (iterations for a linear model) instead of the job's."""
+    with ``rounds`` trees (iterations for a linear model) instead of the job's :func:`rounds_per_fit`."""
     rows = fit_rows(job) if rows is None else rows
-    trees = job.trees if rounds is None else rounds
-    iterations = job.iterations if rounds is None else rounds
+    rounds = rounds_per_fit(job) if rounds is None else rounds
     classes = job.classes if job.objective == "multiclass" else 1
     if job.library in GBDT:
-        return gbdt_cells(rows=rows, features=job.features, depth=effective_depth(job), trees=trees, classes=classes)
+        return gbdt_cells(rows=rows, features=job.features, depth=effective_depth(job), trees=rounds, classes=classes)
     if job.library is TabularLibrary.SKLEARN_RF:
-        return forest_cells(rows=rows, features=job.features, depth=effective_depth(job), trees=trees)
-    return linear_cells(rows=rows, features=job.features, iterations=iterations) * classes
+        return forest_cells(rows=rows, features=job.features, depth=effective_depth(job), trees=rounds)
+    return linear_cells(rows=rows, features=job.features, iterations=rounds) * classes
 
 
 def measured_ns_per_cell(
@@ -156,20 +161,20 @@ def _rate(catalog: Catalog, library: TabularLibrary, device: str) -> TabularRate
         raise CatalogError(f"no {device} rate for {library.value} in tabular_rates.csv") from None
 
 
-def tabular_reason(job: TabularJob, hw: Hardware) -> str | None:
+def tabular_reason(job: TabularJob, hw: Hardware) -> Rejection | None:
     """Why a tabular job should not run on ``hw`` (one machine: a CPU instance or one GPU)."""
     if hw.layout.nodes > 1:
-        return "a tabular job runs on one machine here; several nodes only add start-up and cost"
+        return Rejection(RejectKind.WASTE, "a tabular job runs on one machine here; several nodes only add start-up and cost")
     if hw.accelerator is not None:
         if hw.accelerator.kind == "tpu":
-            return "no GBDT library trains on TPUs"
+            return Rejection(RejectKind.PLATFORM, "no GBDT library trains on TPUs")
         if hw.layout.gpus_per_node > 1:
-            return (
+            return Rejection(RejectKind.WASTE, (
                 f"{job.library.value} trains one model per GPU; {hw.layout.gpus_per_node - 1} of "
                 f"{hw.layout.gpus_per_node} GPUs would idle — use a 1-GPU instance"
-            )
+            ))
         if job.library not in GPU_LIBRARIES:
-            return f"{job.library.value} has no GPU implementation; use a CPU instance"
+            return Rejection(RejectKind.PLATFORM, f"{job.library.value} has no GPU implementation; use a CPU instance")
     return None
 
 
@@ -205,21 +210,26 @@ def estimate_tabular(job: TabularJob, hw: Hardware, catalog: Catalog, *, ns_per_
         # GPU memory: binned matrix (ELLPACK, ~1 byte/cell) + gradient pairs + histograms.
         gpu_bytes = job.rows * job.features * 1.0 + job.rows * 16.0 + 0.5 * GIB
         if reason is None and gpu_bytes > hw.accelerator.memory_gib * GIB:
-            reason = f"binned data needs {gpu_bytes / GIB:.1f} GiB > {hw.accelerator.memory_gib:.0f} GiB GPU memory"
-    if reason is None and mem.peak > capacity * GIB * catalog.assumption("host_ram_usable_fraction"):
-        reason = f"needs {mem.peak / GIB:.1f} GiB RAM > {capacity:.0f} GiB on {hw.label}"
+            reason = Rejection(
+                RejectKind.DEVICE_MEMORY,
+                f"binned data needs {gpu_bytes / GIB:.1f} GiB > {hw.accelerator.memory_gib:.0f} GiB GPU memory",
+                needed=gpu_bytes, available=hw.accelerator.memory_gib * GIB, unit="bytes",
+            )
+    usable = capacity * GIB * catalog.assumption("host_ram_usable_fraction")
+    if reason is None and mem.peak > usable:
+        reason = Rejection(RejectKind.HOST_MEMORY, f"needs {mem.peak / GIB:.1f} GiB RAM > {capacity:.0f} GiB on {hw.label}",
+                           needed=mem.peak, available=usable, unit="bytes")
     timing = job_timing(hw, train_s=train_s)
     samples = fit_rows(job) * folds  # training rows fitted, all folds
     return Estimate(
         kind="tabular",
         strategy=strategy,
         hardware=hw,
-        fits=reason is None,
-        reason=reason,
+        rejection=reason,
         memory=mem,
         capacity_gib=capacity,
-        step_time_s=fit_s / max(1, job.trees),
-        steps=job.trees * folds,
+        step_time_s=fit_s / rounds_per_fit(job),
+        steps=rounds_per_fit(job) * folds,
         train_s=timing.train_s,
         startup_s=timing.startup_s,
         cost_usd=timing.cost_usd,

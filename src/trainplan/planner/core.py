@@ -12,12 +12,17 @@ from typing import Callable, Iterable, Sequence
 
 from trainplan.catalog import Catalog, get_catalog
 from trainplan.errors import InfeasibleError
-from trainplan.estimate.result import Estimate, Hardware
+from trainplan.estimate.compose import compose
+from trainplan.estimate.hardware import Hardware
+from trainplan.estimate.profile import ProfileSource, StepProfile
+from trainplan.estimate.result import Estimate, Rejection, RejectKind
 from trainplan.estimate.tabular import estimate_tabular
-from trainplan.estimate.transformer import TransformerModel, estimate_transformer, resolve_transformer
+from trainplan.estimate.transformer import transformer_profile
 from trainplan.planner.candidates import candidates
 from trainplan.spec import Checkpointing, Job, Method, TabularJob, TorchJob, TransformerJob
-from trainplan.strategies import Strategy
+from trainplan.strategies import Strategy, strategies_for
+
+MEMORY_KINDS = (RejectKind.DEVICE_MEMORY, RejectKind.HOST_MEMORY)
 
 
 class Objective(str, Enum):
@@ -50,29 +55,33 @@ class Plan:
 Estimator = Callable[[Hardware, "Strategy | None"], Estimate]
 
 
+def job_profile(job: TorchJob | TransformerJob, catalog: Catalog, *, trace: bool = False) -> StepProfile:
+    """The job's step profile: the formulas for a transformer, a trace of the real model with ``trace``
+    or for a ``kind: torch`` job (which has no formulas)."""
+    if isinstance(job, TorchJob):
+        from trainplan.estimate.torchjob import trace_torch_job
+
+        return trace_torch_job(job)
+    if trace:
+        from trainplan.estimate.torchjob import trace_transformer_job
+
+        return trace_transformer_job(job, catalog)
+    return transformer_profile(job, catalog)
+
+
 def make_estimator(
     job: Job,
     catalog: Catalog,
     *,
     efficiency_for: Callable[[Hardware], float | None] | None = None,
     trace: bool = False,
+    profile: StepProfile | None = None,
 ) -> Estimator:
-    """A function (hardware, strategy) → Estimate for ``job``, with its model resolved (or traced) once.
+    """A function (hardware, strategy) → Estimate for ``job``; a neural job is profiled (or traced) once.
 
-    ``trace`` estimates a transformer from a trace of its real (Hugging Face) model instead of the formulas.
+    ``trace`` estimates a transformer from a trace of its real (Hugging Face) model instead of the formulas;
+    ``profile`` reuses a profile made before (tracing takes seconds).
     """
-    if isinstance(job, TransformerJob) and trace:
-        from trainplan.estimate.torchjob import make_traced_transformer_estimator
-
-        return make_traced_transformer_estimator(job, catalog, efficiency_for=efficiency_for)
-    if isinstance(job, TransformerJob):
-        model: TransformerModel = resolve_transformer(job)
-
-        def est(hw: Hardware, strategy: Strategy | None) -> Estimate:
-            eff = efficiency_for(hw) if efficiency_for else None
-            return estimate_transformer(job, hw, strategy or Strategy.SINGLE, catalog, model=model, efficiency=eff)
-
-        return est
     if isinstance(job, TabularJob):
 
         def est_tab(hw: Hardware, strategy: Strategy | None) -> Estimate:
@@ -80,20 +89,26 @@ def make_estimator(
             return estimate_tabular(job, hw, catalog, ns_per_cell=rate)
 
         return est_tab
-    if isinstance(job, TorchJob):
-        from trainplan.estimate.torchjob import make_torch_estimator
+    if not isinstance(job, (TransformerJob, TorchJob)):
+        raise TypeError(f"unsupported job {type(job).__name__}")
+    prof = profile or job_profile(job, catalog, trace=trace)
 
-        return make_torch_estimator(job, catalog, efficiency_for=efficiency_for)
-    raise TypeError(f"unsupported job {type(job).__name__}")
+    def est(hw: Hardware, strategy: Strategy | None) -> Estimate:
+        eff = efficiency_for(hw) if efficiency_for else None
+        return compose(job, prof, hw, strategy or Strategy.SINGLE, catalog, efficiency=eff)
+
+    return est
 
 
-def constraint_reason(e: Estimate, job: Job) -> str | None:
+def constraint_reason(e: Estimate, job: Job) -> Rejection | None:
     """Why a fitting option still breaks the job's constraints."""
     c = job.constraints
     if c.deadline_hours is not None and e.hours > c.deadline_hours:
-        return f"takes {e.hours:.1f} h > deadline {c.deadline_hours:g} h"
+        return Rejection(RejectKind.DEADLINE, f"takes {e.hours:.1f} h > deadline {c.deadline_hours:g} h",
+                         needed=e.hours, available=c.deadline_hours, unit="hours")
     if c.budget_usd is not None and e.cost_usd > c.budget_usd:
-        return f"costs ${e.cost_usd:,.0f} > budget ${c.budget_usd:,.0f}"
+        return Rejection(RejectKind.BUDGET, f"costs ${e.cost_usd:,.0f} > budget ${c.budget_usd:,.0f}",
+                         needed=e.cost_usd, available=c.budget_usd, unit="usd")
     return None
 
 
@@ -139,7 +154,7 @@ def rank(estimates: Iterable[Estimate], job: Job, objective: Objective) -> Plan:
             continue
         why = constraint_reason(e, job)
         if why:
-            rejected.append(replace(e, fits=False, reason=why))
+            rejected.append(replace(e, rejection=why))
         else:
             ok.append(e)
     ok.sort(key=rank_key(objective))
@@ -150,8 +165,8 @@ def rank(estimates: Iterable[Estimate], job: Job, objective: Objective) -> Plan:
     def rejected_key(e: Estimate) -> tuple[float, float, float]:
         label = e.hardware.label
         group = top_hw.index(label) if label in top_hw else len(top_hw)
-        memory = (e.reason or "").startswith("needs")
-        ratio = e.memory.peak / (e.capacity_gib * 2**30) if memory and e.capacity_gib else 1e9
+        memory = e.rejection is not None and e.rejection.kind in MEMORY_KINDS
+        ratio = (e.rejection.ratio or 1e9) if memory and e.rejection else 1e9
         return (group, ratio, e.cost_usd)
 
     rejected.sort(key=rejected_key)
@@ -165,12 +180,20 @@ def plan_job(
     objective: Objective | str = Objective.COST,
     efficiency_for: Callable[[Hardware], float | None] | None = None,
     trace: bool = False,
+    hints: bool = True,
 ) -> Plan:
-    """Estimate every catalog option for ``job`` and rank them."""
+    """Estimate every catalog option for ``job`` and rank them.
+
+    With ``hints``, each option rejected for memory says what would make it fit (:func:`fit_hint`).
+    """
     cat = catalog or get_catalog()
     obj = Objective(objective)
-    est = make_estimator(job, cat, efficiency_for=efficiency_for, trace=trace)
-    return rank((est(hw, s) for hw, s in candidates(job, cat)), job, obj)
+    profile = None if isinstance(job, TabularJob) else job_profile(job, cat, trace=trace)
+    est = make_estimator(job, cat, efficiency_for=efficiency_for, profile=profile)
+    plan = rank((est(hw, s) for hw, s in candidates(job, cat)), job, obj)
+    if hints and profile is not None:
+        plan = replace(plan, rejected=tuple(with_hint(e, job, cat, profile) for e in plan.rejected))
+    return plan
 
 
 def require_options(plan: Plan, job: Job) -> Plan:
@@ -178,8 +201,9 @@ def require_options(plan: Plan, job: Job) -> Plan:
     if plan.options:
         return plan
     c = job.constraints
-    fitting = [e for e in plan.rejected if e.reason and ("deadline" in e.reason or "budget" in e.reason)]
-    if fitting and c.deadline_hours is not None and all("deadline" in (e.reason or "") for e in fitting):
+    constraint_kinds = (RejectKind.DEADLINE, RejectKind.BUDGET)
+    fitting = [e for e in plan.rejected if e.rejection and e.rejection.kind in constraint_kinds]
+    if fitting and c.deadline_hours is not None and all(e.rejection.kind is RejectKind.DEADLINE for e in fitting):  # type: ignore[union-attr]
         fastest = min(fitting, key=lambda e: e.hours)
         raise InfeasibleError(
             f"no option meets deadline_hours={c.deadline_hours:g}; the fastest takes {fastest.hours:.1f} h "
@@ -201,21 +225,59 @@ def require_options(plan: Plan, job: Job) -> Plan:
     )
 
 
-def fit_hint(job: Job, hw: Hardware, strategy: Strategy | None, catalog: Catalog) -> str | None:
-    """What would make a memory-rejected neural option fit: try the usual remedies, report those that work."""
-    if not isinstance(job, TransformerJob) or strategy is None:
+def fit_hint(job: Job, hw: Hardware, strategy: Strategy | None, catalog: Catalog,
+             profile: StepProfile | None = None) -> str | None:  # fmt: skip
+    """What would make a memory-rejected neural option fit: try the usual remedies, report those that work.
+
+    Other strategies reuse the job's profile; changes to the job itself (checkpointing, LoRA) need a new
+    profile, which the formulas give at once — a traced profile is not re-traced, so only strategies are tried.
+    """
+    if isinstance(job, TabularJob) or strategy is None:
         return None
-    tries: list[tuple[str, Job, Strategy]] = []
-    if job.activation_checkpointing is not Checkpointing.FULL:
-        tries.append(("activation_checkpointing: full", job.model_copy(update={"activation_checkpointing": Checkpointing.FULL}), strategy))
+    prof = profile or job_profile(job, catalog)
+    tries: list[tuple[str, Job, Strategy, StepProfile]] = []
+    reprofile = isinstance(job, TransformerJob) and prof.source is ProfileSource.ANALYTIC
+    if reprofile and job.activation_checkpointing is not Checkpointing.FULL:
+        j = job.model_copy(update={"activation_checkpointing": Checkpointing.FULL})
+        tries.append(("activation_checkpointing: full", j, strategy, transformer_profile(j, catalog)))  # type: ignore[arg-type]
     for s in (Strategy.ZERO3, Strategy.ZERO2_OFFLOAD, Strategy.ZERO3_OFFLOAD):
         if s is not strategy and (hw.layout.world_size > 1 or not s.multi_device_only):
-            tries.append((f"strategy {s.value}", job, s))
-    if job.method is Method.FULL:
-        tries.append(("method: lora", job.model_copy(update={"method": Method.LORA}), strategy))
-    works = []
-    for label, j, s in tries:
-        e = estimate_transformer(j, hw, s, catalog)  # type: ignore[arg-type]
-        if e.fits:
-            works.append(label)
-    return "fits with " + " or ".join(works) if works else "does not fit with checkpointing, ZeRO-3, offload or LoRA alone; add GPUs"
+            tries.append((f"strategy {s.value}", job, s, prof))
+    if reprofile and job.method is Method.FULL:  # type: ignore[union-attr]
+        j = job.model_copy(update={"method": Method.LORA})
+        tries.append(("method: lora", j, strategy, transformer_profile(j, catalog)))  # type: ignore[arg-type]
+    works = [label for label, j, s, p in tries if compose(j, p, hw, s, catalog).fits]  # type: ignore[arg-type]
+    if works:
+        return "fits with " + " or ".join(works)
+    return "does not fit with checkpointing, ZeRO-3, offload or LoRA alone; add GPUs"
+
+
+def with_hint(e: Estimate, job: Job, catalog: Catalog, profile: StepProfile | None = None) -> Estimate:
+    """``e`` with a fit hint when it was rejected for device memory."""
+    if e.rejection is None or e.rejection.kind is not RejectKind.DEVICE_MEMORY or e.kind == "tabular":
+        return e
+    return replace(e, hint=fit_hint(job, e.hardware, Strategy(e.strategy), catalog, profile))
+
+
+def estimate_option(
+    job: Job,
+    hw: Hardware,
+    catalog: Catalog,
+    *,
+    strategy: Strategy | None = None,
+    efficiency_for: Callable[[Hardware], float | None] | None = None,
+    trace: bool = False,
+) -> Estimate:
+    """One configuration in detail: ``strategy`` on ``hw``, or without one the fastest strategy that fits
+    (the smallest peak when none does); a memory rejection carries its fit hint."""
+    if isinstance(job, TabularJob):
+        return make_estimator(job, catalog, efficiency_for=efficiency_for)(hw, None)
+    profile = job_profile(job, catalog, trace=trace)
+    est = make_estimator(job, catalog, efficiency_for=efficiency_for, profile=profile)
+    if strategy is not None:
+        e = est(hw, strategy)
+    else:
+        tried = [est(hw, s) for s in strategies_for(hw.layout.world_size)]
+        fitting = sorted((x for x in tried if x.fits), key=rank_key(Objective.TIME))
+        e = fitting[0] if fitting else min(tried, key=lambda x: x.memory.peak)
+    return with_hint(e, job, catalog, profile)

@@ -11,7 +11,9 @@ import sys
 from typing import Any, Callable
 
 from trainplan.errors import SpecError
-from trainplan.spec import Method, ModelArch, Optimizer, TransformerJob
+from trainplan.catalog import resolve_model
+from trainplan.model import ModelArch, UnsupportedArchitecture, hf_model_type
+from trainplan.spec import Method, Optimizer, TransformerJob
 
 #: Optimizers the built-in workloads can build from torch alone.
 RUNNABLE_OPTIMIZERS = (Optimizer.ADAMW, Optimizer.SGD, Optimizer.ADAFACTOR)
@@ -28,13 +30,6 @@ def resolve_arch(job: TransformerJob) -> ModelArch:
     """The job's architecture: inline, or a preset from the catalog."""
     if isinstance(job.model, ModelArch):
         return job.model
-    try:
-        from trainplan.catalog import resolve_model
-    except ImportError:
-        raise SpecError(
-            f"preset {job.model!r} needs the model catalog, which is not installed; give the architecture inline",
-            field="model",
-        ) from None
     return resolve_model(job.model)
 
 
@@ -47,6 +42,10 @@ def check_supported(job: TransformerJob, arch: ModelArch) -> None:
             f"trainplan run supports rope (Llama-style) or learned (GPT-2-style) positions, got {arch.position!r}",
             field="model.position",
         )
+    try:
+        hf_model_type(arch)
+    except UnsupportedArchitecture as exc:
+        raise SpecError(str(exc), field="model") from None
     if job.method is Method.QLORA:
         raise SpecError("qlora is not supported by trainplan run; use lora or full", field="method")
 

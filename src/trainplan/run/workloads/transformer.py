@@ -21,46 +21,17 @@ import torch
 from trainplan.errors import SpecError
 from trainplan.run.workloads.checks import check_supported, resolve_arch
 from trainplan.run.workloads.common import NeuralWorkload, batch_generator
-from trainplan.spec import Checkpointing, ModelArch, TransformerJob
+from trainplan.model import ModelArch
+from trainplan.model import hf_config as model_hf_config
+from trainplan.spec import Checkpointing, TransformerJob
 
 
 def hf_config(arch: ModelArch, seq_len: int) -> Any:
-    """A ``transformers`` config for ``arch`` (Llama for rope, GPT-2 for learned positions)."""
-    positions = max(seq_len, arch.max_seq_len or 0)
-    if arch.position == "rope":
-        from transformers import LlamaConfig
+    """The ``transformers`` config of ``arch`` — the one mapping (``trainplan.model.hf_config``) the trace builds too."""
+    from transformers import AutoConfig
 
-        return LlamaConfig(
-            vocab_size=arch.vocab,
-            hidden_size=arch.hidden,
-            intermediate_size=arch.ffn_hidden,
-            num_hidden_layers=arch.layers,
-            num_attention_heads=arch.heads,
-            num_key_value_heads=arch.kv_heads or arch.heads,
-            head_dim=arch.head_dim or arch.hidden // arch.heads,
-            max_position_embeddings=positions,
-            tie_word_embeddings=arch.tied_embeddings,
-            attention_bias=arch.bias,
-            mlp_bias=arch.bias,
-            hidden_act="silu" if arch.mlp == "swiglu" else "gelu",
-            bos_token_id=None,
-            eos_token_id=None,
-            pad_token_id=None,
-        )
-    from transformers import GPT2Config
-
-    return GPT2Config(
-        vocab_size=arch.vocab,
-        n_embd=arch.hidden,
-        n_layer=arch.layers,
-        n_head=arch.heads,
-        n_inner=arch.ffn_hidden,
-        n_positions=positions,
-        activation_function="gelu_new",
-        tie_word_embeddings=True,
-        bos_token_id=None,
-        eos_token_id=None,
-    )
+    kwargs = model_hf_config(arch, seq_len)
+    return AutoConfig.for_model(kwargs.pop("model_type"), **kwargs)
 
 
 def build_model(job: TransformerJob, arch: ModelArch) -> torch.nn.Module:

@@ -1,0 +1,53 @@
+"""Can this job run on this hardware with this strategy at all?  The compatibility rules, once.
+
+Checked before any memory or time is estimated; each rule returns a typed
+:class:`~trainplan.estimate.result.Rejection`.  Memory and host-RAM verdicts
+are the composer's (``compose.py``); tabular jobs have their own rules
+(``tabular.tabular_reason``).
+"""
+
+from __future__ import annotations
+
+from trainplan.estimate.result import Hardware, Rejection, RejectKind
+from trainplan.spec import Method, Optimizer, TorchJob, TransformerJob
+from trainplan.strategies import Engine, Strategy
+
+
+def global_batch_of(job: TorchJob | TransformerJob, hw: Hardware) -> int:
+    """The job's global batch, or one micro-batch per data-parallel rank when it names none."""
+    return job.global_batch or job.micro_batch * hw.layout.data_parallel
+
+
+def incompatibility(job: TorchJob | TransformerJob, hw: Hardware, strategy: Strategy) -> Rejection | None:
+    """The first rule ``job`` × ``hw`` × ``strategy`` breaks, or None."""
+    acc = hw.accelerator
+    layout = hw.layout
+    if acc is None:
+        return Rejection(RejectKind.NO_DEVICE, "training a neural network here needs an accelerator; this option has CPUs only")
+    if strategy.multi_device_only and layout.world_size == 1:
+        return Rejection(RejectKind.LAYOUT, f"{strategy.value} needs more than one device")
+    if strategy is Strategy.SINGLE and layout.world_size > 1:
+        return Rejection(RejectKind.LAYOUT, "single uses one device; pick ddp, zero*, or fsdp for several")
+    half = job.precision.half
+    if half and acc.peak_tflops(half) is None:
+        alt = "fp16" if acc.peak_fp16_tflops else "fp32"
+        return Rejection(RejectKind.PRECISION, f"{acc.id} has no {half} tensor cores; use precision: {alt}")
+    if acc.kind == "tpu":
+        if strategy.engine is Engine.DEEPSPEED:
+            return Rejection(RejectKind.PLATFORM, "DeepSpeed does not run on TPUs; use fsdp or ddp (PyTorch/XLA)")
+        qlora = isinstance(job, TransformerJob) and job.method is Method.QLORA
+        if qlora or job.optimizer is Optimizer.ADAM8BIT:
+            return Rejection(RejectKind.PLATFORM, "bitsandbytes (QLoRA, 8-bit Adam) needs CUDA GPUs")
+    if layout.world_size > 1 and layout.gpus_per_node > 1 and not hw.intra_node_bw_gb_s:
+        return Rejection(RejectKind.MISSING_FIGURE, "no intra-node interconnect figure for this hardware")
+    if layout.nodes > 1 and not hw.network_gbps:
+        return Rejection(RejectKind.MISSING_FIGURE, "no network bandwidth figure for multi-node use")
+    dp = job.micro_batch * layout.data_parallel
+    global_batch = global_batch_of(job, hw)
+    if global_batch % dp:
+        return Rejection(
+            RejectKind.BATCH,
+            f"global_batch {global_batch} is not a multiple of micro_batch × data-parallel "
+            f"({job.micro_batch}×{layout.data_parallel})",
+        )
+    return None

@@ -1,0 +1,173 @@
+"""Hardware × strategy applied to a step profile: the one composer of neural-network estimates.
+
+Both the analytic and the traced path end here, so sharding (ZeRO stages,
+FSDP), offload, communication, step time, job time and cost follow one set of
+rules.  Each rule is a pure function elsewhere with its source cited:
+model states and temporaries in ``memory.py``, step time in ``steptime.py``
+(collectives in ``comms.py``), time and cost in ``result.py``, compatibility
+in ``compat.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from trainplan.catalog import Catalog
+from trainplan.estimate.compat import global_batch_of, incompatibility
+from trainplan.estimate.memory import (
+    GIB,
+    MemoryBreakdown,
+    framework_overhead_bytes,
+    model_state_bytes,
+    sharding_buffer_bytes,
+    step_peak,
+)
+from trainplan.estimate.profile import ProfileSource, StepProfile
+from trainplan.estimate.result import Estimate, Hardware, Rejection, RejectKind, job_timing
+from trainplan.estimate.steptime import default_efficiency, step_time
+from trainplan.spec import TorchJob, TransformerJob
+from trainplan.strategies import Engine, Strategy
+
+
+def step_memory(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardware, strategy: Strategy,
+                catalog: Catalog, *, micro_steps: int) -> MemoryBreakdown:  # fmt: skip
+    """Per-device memory at the step's peak, with host RAM per node for offload."""
+    layout = hw.layout
+    n = layout.world_size
+    engine = strategy.engine
+    p = profile.params
+    states = model_state_bytes(
+        trainable_params=p.trainable,
+        frozen_bytes=p.frozen_bytes,
+        precision=job.precision,
+        optimizer=job.optimizer,
+        strategy=strategy,
+        world_size=n,
+        adafactor_elems_per_param=p.factored_state_elems,
+    )
+    # AMP's cached 16-bit weight copies exist only over fp32 weights (plain PyTorch);
+    # DeepSpeed and FSDP hold 16-bit working weights already.
+    autocast = profile.memory.autocast_copies if engine is Engine.TORCH else 0.0
+    forward_temporaries = autocast + sharding_buffer_bytes(strategy, largest_block_params=p.largest_block, world_size=n)
+    # foreach temporaries scale with the optimizer shard; DeepSpeed's fused and CPU optimizers make none.
+    if engine is Engine.DEEPSPEED or strategy.offloads_optimizer:
+        optimizer_temporaries = 0.0
+    else:
+        optimizer_temporaries = profile.memory.optimizer_temporaries / (n if strategy.shards_optimizer else 1)
+    mem = step_peak(
+        states=states,
+        activations=profile.memory.activations,
+        forward_temporaries=forward_temporaries,
+        optimizer_temporaries=optimizer_temporaries,
+        fixed_overhead=framework_overhead_bytes(
+            cuda_context_gib=catalog.assumption("cuda_context_gib"),
+            comm_buffers_gib=catalog.assumption("nccl_buffers_gib"),
+            world_size=n,
+        ),
+        fragmentation=catalog.assumption("allocator_fragmentation"),
+        # Gradients outlive a micro-step under accumulation; DeepSpeed keeps its gradient buffers allocated.
+        grads_live_in_forward=micro_steps > 1 or engine is Engine.DEEPSPEED,
+    )
+    if states.host:
+        # each rank's offloaded states plus the host process itself (Python, CUDA host allocations, pinned buffers)
+        per_rank = states.host + catalog.assumption("host_process_gib") * GIB
+        mem = replace(mem, host=per_rank * layout.gpus_per_node)
+    return mem
+
+
+def memory_rejection(mem: MemoryBreakdown, hw: Hardware, catalog: Catalog, source: ProfileSource) -> Rejection | None:
+    """Device memory, then host RAM for offload: does the step fit?"""
+    acc = hw.accelerator
+    capacity = (acc.memory_gib if acc else 0.0) * GIB
+    if mem.peak > capacity:
+        states = mem.weights + mem.gradients + mem.optimizer
+        traced = "; traced step" if source is ProfileSource.TRACE else ""
+        return Rejection(
+            RejectKind.DEVICE_MEMORY,
+            f"needs {mem.peak / GIB:.1f} GiB per {acc.id if acc else 'device'} > {capacity / GIB:.0f} GiB "
+            f"(at the {mem.phase} peak: model states {states / GIB:.1f} = weights {mem.weights / GIB:.1f} + grads "
+            f"{mem.gradients / GIB:.1f} + optimizer {mem.optimizer / GIB:.1f}; activations {mem.activations / GIB:.1f}; "
+            f"overhead {mem.overhead / GIB:.1f}{traced})",
+            needed=mem.peak,
+            available=capacity,
+            unit="bytes",
+        )
+    if mem.host:
+        usable = hw.ram_gib_per_node * catalog.assumption("host_ram_usable_fraction") * GIB
+        if mem.host > usable:
+            return Rejection(
+                RejectKind.HOST_MEMORY,
+                f"offload needs {mem.host / GIB:.0f} GiB host RAM per node > {usable / GIB:.0f} GiB usable",
+                needed=mem.host,
+                available=usable,
+                unit="bytes",
+            )
+    return None
+
+
+def compose(
+    job: TorchJob | TransformerJob,
+    profile: StepProfile,
+    hw: Hardware,
+    strategy: Strategy,
+    catalog: Catalog,
+    *,
+    efficiency: float | None = None,
+) -> Estimate:
+    """Memory, time and cost of ``job`` (described by ``profile``) on ``hw`` with ``strategy``.
+
+    ``efficiency`` is a measured fraction of peak (a calibration); without it the
+    catalog's default for the accelerator and the model's width applies.
+    """
+    layout = hw.layout
+    acc = hw.accelerator
+    rejection = incompatibility(job, hw, strategy)
+    global_batch = global_batch_of(job, hw)
+    micro_steps = max(1, global_batch // (job.micro_batch * layout.data_parallel))
+    steps = job.total_steps(global_batch)
+
+    mem = step_memory(job, profile, hw, strategy, catalog, micro_steps=micro_steps)
+    rejection = rejection or memory_rejection(mem, hw, catalog, profile.source)
+
+    seconds, mfu, breakdown = float("inf"), None, {}
+    notes = list(profile.notes)
+    if acc is not None:
+        eff = efficiency if efficiency is not None else default_efficiency(catalog, acc.id, profile.mfu_width)
+        st = step_time(
+            hw=hw, strategy=strategy, catalog=catalog, precision=job.precision, optimizer=job.optimizer,
+            micro_steps=micro_steps, flops_forward=profile.flops.forward,
+            flops_backward=profile.flops.backward + profile.flops.recompute, flops_model=profile.flops.model,
+            trainable_params=profile.params.trainable, total_params=profile.params.total, efficiency=eff,
+            adafactor_elems_per_param=profile.params.factored_state_elems,
+        )  # fmt: skip
+        seconds, mfu, breakdown = st.seconds, st.mfu, st.breakdown
+        if st.reason and rejection is None:
+            rejection = Rejection(RejectKind.MISSING_FIGURE, st.reason)
+        if efficiency is not None:
+            notes.append(f"efficiency {eff:.2f} from a measured run")
+
+    timing = job_timing(hw, train_s=steps * seconds)
+    finite = seconds not in (0.0, float("inf"))
+    return Estimate(
+        kind=job.kind.value,
+        strategy=strategy.value,
+        hardware=hw,
+        rejection=rejection,
+        memory=mem,
+        capacity_gib=acc.memory_gib if acc else 0.0,
+        step_time_s=seconds,
+        steps=steps,
+        train_s=timing.train_s,
+        startup_s=timing.startup_s,
+        cost_usd=timing.cost_usd,
+        throughput=global_batch * profile.items_per_sample / seconds if finite else 0.0,
+        throughput_unit=profile.throughput_unit,
+        mfu=mfu,
+        params=profile.params.total,
+        trainable_params=profile.params.trainable,
+        flops_per_step=micro_steps * profile.flops.hardware,
+        time_breakdown=breakdown,
+        calibrated=efficiency is not None,
+        notes=tuple(notes),
+        trace=profile.trace,
+    )

@@ -1,0 +1,71 @@
+"""The step profile: what one training step of a job costs, before any hardware or strategy.
+
+Two producers make one: the analytic formulas (``estimate/transformer.py``)
+and the trace of the real model (``estimate/torchjob.py``).  One consumer
+applies hardware × strategy to any profile (``estimate/compose.py``).  A new
+way to learn a job's step (another framework, a measured profile) only has to
+produce a :class:`StepProfile`; a new strategy or hardware kind only changes
+the composer.
+
+All quantities are for one micro-batch on one device, as plain PyTorch would
+run it: fp32 master weights under AMP, nothing sharded, nothing offloaded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from trainplan.estimate.compute import StepFlops
+
+
+class ProfileSource(str, Enum):
+    ANALYTIC = "analytic"  # formulas over the architecture (docs/estimates.md)
+    TRACE = "trace"  # one real step of the model on the fake device (docs/trace.md)
+
+
+@dataclass(frozen=True)
+class Params:
+    """Parameters by trainability and storage."""
+
+    total: int
+    trainable: int
+    frozen_bytes: float  # storage of the frozen weights (LoRA/QLoRA base), unsharded
+    # Optimizer state elements per trainable parameter where the shapes decide it (Adafactor's
+    # factored second moment); 0 means: the optimizer's fixed count (memory.optimizer_state_elems_per_param).
+    factored_state_elems: float = 0.0
+    largest_block: int = 0  # parameters of the unit FSDP / ZeRO-3 gather at once
+
+    @property
+    def frozen(self) -> int:
+        return self.total - self.trainable
+
+
+@dataclass(frozen=True)
+class StepMemory:
+    """Bytes of one micro-batch step by category, on one device (plain PyTorch conventions)."""
+
+    activations: float  # kept from forward for backward, the logits and loss included
+    autocast_copies: float = 0.0  # 16-bit weight copies AMP autocast caches over fp32 weights (PyTorch engine only)
+    optimizer_temporaries: float = 0.0  # foreach temporaries of the optimizer step, unsharded
+
+
+@dataclass(frozen=True)
+class StepProfile:
+    """One micro-batch training step of a job: parameters, FLOPs and memory, hardware-free."""
+
+    source: ProfileSource
+    params: Params
+    flops: StepFlops  # one micro-batch, by phase (compute.py)
+    memory: StepMemory
+    items_per_sample: int = 1  # tokens per sample (seq_len) for language models, else 1
+    throughput_unit: str = "samples_per_s"  # "tokens_per_s" | "samples_per_s"
+    mfu_width: int | None = None  # model width for the default efficiency curve; None: the traced default MFU
+    notes: tuple[str, ...] = ()
+    trace: dict[str, Any] | None = field(default=None, compare=False)  # the traced single-device step, for reports
+
+    # Names the tests and reports know from the trace result.
+    @property
+    def trainable_params(self) -> int:
+        return self.params.trainable
