@@ -9,8 +9,11 @@ The public API (frozen by tests/test_public_api.py)::
 
 from trainplan.catalog import find_accelerator, find_instance, get_catalog, load_catalog, resolve_model
 from trainplan.errors import CatalogError, InfeasibleError, SpecError, TrainplanError
-from trainplan.estimate.result import Estimate, Hardware
-from trainplan.planner.core import Objective, Plan, plan_job
+from trainplan.estimate.hardware import Hardware
+from trainplan.estimate.profile import StepProfile
+from trainplan.estimate.result import Estimate, Rejection, RejectKind
+from trainplan.model import ModelArch
+from trainplan.planner.core import Objective, Plan, estimate_option, plan_job
 from trainplan.spec import Job, TabularJob, TorchJob, TransformerJob, load_job, parse_job
 from trainplan.strategies import Layout, Strategy, ZeroStage
 
@@ -23,9 +26,13 @@ __all__ = [
     "InfeasibleError",
     "Job",
     "Layout",
+    "ModelArch",
     "Objective",
     "Plan",
+    "RejectKind",
+    "Rejection",
     "SpecError",
+    "StepProfile",
     "Strategy",
     "TabularJob",
     "TorchJob",
@@ -33,6 +40,7 @@ __all__ = [
     "TransformerJob",
     "ZeroStage",
     "__version__",
+    "estimate_option",
     "find_accelerator",
     "find_instance",
     "get_catalog",

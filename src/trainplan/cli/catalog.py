@@ -25,7 +25,7 @@ def catalog_command(
     """List the built-in catalog, with the source and date of every row."""
     from dataclasses import asdict
 
-    from trainplan.report.tables import catalog_tables
+    from trainplan.cli.tables import catalog_tables
 
     cat = get_catalog()
     if json_out:

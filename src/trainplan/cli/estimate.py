@@ -14,7 +14,7 @@ from trainplan.errors import SpecError
 from trainplan.estimate.hardware import Hardware, hardware_for_cpus, hardware_for_gpu, hardware_for_instance
 from trainplan.planner.calibrated import efficiency_lookup
 from trainplan.planner.core import estimate_option
-from trainplan.report.tables import estimate_panel
+from trainplan.cli.tables import estimate_panel
 from trainplan.strategies import Layout, Strategy
 
 

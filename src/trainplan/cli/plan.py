@@ -12,7 +12,7 @@ from trainplan.catalog import get_catalog
 from trainplan.cli.common import dump_json, read_job
 from trainplan.planner.calibrated import efficiency_lookup
 from trainplan.planner.core import Objective, plan_job, require_options
-from trainplan.report.tables import plan_table, rejected_table, tradeoff_text
+from trainplan.cli.tables import plan_table, rejected_table, tradeoff_text
 
 
 def plan_command(
