@@ -14,6 +14,8 @@ from trainplan.errors import SpecError
 from trainplan.estimate.hardware import Hardware, hardware_for_cpus, hardware_for_gpu, hardware_for_instance
 from trainplan.planner.calibrated import efficiency_lookup
 from trainplan.planner.core import estimate_option
+from trainplan.planner.fit import micro_batch_fit
+from trainplan.spec import TabularJob
 from trainplan.cli.tables import estimate_panel
 from trainplan.strategies import Layout, Strategy
 
@@ -43,6 +45,7 @@ def estimate_command(
     cpus: Annotated[Optional[int], typer.Option(help="vCPUs of a CPU-only machine.")] = None,
     strategy: Annotated[Optional[str], typer.Option(help="single, ddp, zero1-3, zero2-offload, zero3-offload, fsdp, fsdp-grad-op. Default: the best that fits.")] = None,
     trace: Annotated[bool, typer.Option("--trace", help="Transformer jobs: trace the real model on the fake device instead of the formulas.")] = False,
+    max_micro_batch: Annotated[bool, typer.Option("--max-micro-batch", help="Also find the largest micro-batch (and, for transformers, the longest sequence at micro-batch 1) that fits.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Memory, time and cost of the job on one configuration."""
@@ -51,7 +54,15 @@ def estimate_command(
     catalog = get_catalog()
     e = estimate_option(job, hw, catalog, strategy=Strategy.parse(strategy) if strategy else None,
                         efficiency_for=efficiency_lookup(job), trace=trace)  # fmt: skip
+    fit = None
+    if max_micro_batch:
+        if isinstance(job, TabularJob):
+            raise SpecError("applies to neural jobs (kind: transformer or torch), not to tabular jobs", field="--max-micro-batch")
+        fit = micro_batch_fit(job, e, catalog, trace=trace)
     if json_out:
-        typer.echo(dump_json(e.to_dict()))
+        typer.echo(dump_json(dict(e.to_dict(), **({"micro_batch_fit": fit.to_dict()} if fit else {}))))
         return
-    Console(width=None if Console().is_terminal else 120).print(estimate_panel(e))
+    console = Console(width=None if Console().is_terminal else 120)
+    console.print(estimate_panel(e))
+    if fit is not None:
+        console.print(f"[bold]largest micro-batch[/] {fit.text}")

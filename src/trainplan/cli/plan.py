@@ -11,8 +11,19 @@ from rich.console import Console
 from trainplan.catalog import get_catalog
 from trainplan.cli.common import dump_json, read_job
 from trainplan.planner.calibrated import efficiency_lookup
-from trainplan.planner.core import Objective, plan_job, require_options
+from trainplan.catalog import Catalog
+from trainplan.estimate.result import Estimate
+from trainplan.planner.core import Objective, Plan, plan_job, require_options
+from trainplan.planner.fit import micro_batch_fit
+from trainplan.spec import Job, TabularJob
 from trainplan.cli.tables import plan_table, rejected_table, tradeoff_text
+
+
+def _fit(job: Job, e: Estimate, catalog: Catalog, plan: Plan) -> dict[str, object]:
+    """The largest micro-batch column of ``plan --json`` (neural jobs)."""
+    if isinstance(job, TabularJob):
+        return {}
+    return {"micro_batch_fit": micro_batch_fit(job, e, catalog, profile=plan.profile).to_dict()}
 
 
 def plan_command(
@@ -30,7 +41,9 @@ def plan_command(
         typer.echo(dump_json({
             "job": job.name,
             "objective": plan.objective.value,
-            "options": [dict(e.to_dict(), rank=i + 1, pareto=i in plan.pareto) for i, e in enumerate(plan.options)],
+            "warnings": list(plan.warnings),
+            "options": [dict(e.to_dict(), rank=i + 1, pareto=i in plan.pareto, borderline=e.borderline,
+                             **_fit(job, e, catalog, plan)) for i, e in enumerate(plan.options)],
             "rejected": [e.to_dict() for e in plan.rejected],
         }))  # fmt: skip
         return

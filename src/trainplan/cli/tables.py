@@ -56,6 +56,8 @@ def plan_table(plan: Plan, *, top: int, title: str) -> Table:
             marks.append("pareto")
         if e.calibrated:
             marks.append("measured")
+        if e.borderline:
+            marks.append("borderline")
         split = "/".join(f"{x / GIB:.1f}" for x in (m.weights, m.gradients, m.optimizer, m.activations, m.overhead))
         t.add_row(
             str(i + 1),
@@ -100,6 +102,8 @@ def tradeoff_text(plan: Plan) -> Text:
             front.append(e)
     lines = Text("Time/cost front: ", style="bold")
     lines.append("  →  ".join(f"{_hours(e.hours)} for {_money(e.cost_usd)} ({e.hardware.label} {e.strategy})" for e in front))
+    for w in plan.warnings:
+        lines.append(f"\nWarning: {w}", style="yellow")
     return lines
 
 
@@ -111,6 +115,8 @@ def estimate_panel(e: Estimate) -> Group:
     t.add_column()
     verdict = "[green]fits[/]" if e.fits else f"[red]does not fit[/]: {e.reason}"
     t.add_row("verdict", verdict)
+    if e.hardware.accelerator is not None and e.memory_band is not None:
+        t.add_row("memory margin", ("[yellow]" if e.borderline else "") + e.memory_verdict() + ("[/]" if e.borderline else ""))
     if e.hint:
         t.add_row("to fit", e.hint)
     t.add_row("hardware", f"{e.hardware.label} ({_devices(e)}), {e.hardware.price_note}")
@@ -119,6 +125,9 @@ def estimate_panel(e: Estimate) -> Group:
         t.add_row("parameters", f"{e.params:,} ({e.trainable_params:,} trainable)")
     unit = "GPU" if e.hardware.accelerator else "machine"
     t.add_row(f"memory per {unit}", f"{m.peak / GIB:.2f} GiB of {e.capacity_gib:.1f} GiB (peak at {m.phase})")
+    if m.context or m.fragmentation:
+        t.add_row("  allocated / reserved", f"{m.allocated / GIB:.2f} / {m.reserved / GIB:.2f} GiB "
+                  f"({m.reserved_expandable / GIB:.2f} with expandable_segments) + context {m.context / GIB:.2f} GiB")
     for name, val in (
         ("  weights", m.weights), ("  gradients", m.gradients), ("  optimizer", m.optimizer),
         ("  activations", m.activations), ("  overhead", m.overhead),

@@ -65,6 +65,7 @@ def step_memory(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardwa
             world_size=n,
         ),
         fragmentation=catalog.assumption("allocator_fragmentation"),
+        expandable_slack=catalog.assumption("expandable_segments_slack_mib") * 2**20,
         # Gradients outlive a micro-step under accumulation; DeepSpeed keeps its gradient buffers allocated.
         grads_live_in_forward=micro_steps > 1 or engine is Engine.DEEPSPEED,
     )
@@ -170,4 +171,5 @@ def compose(
         calibrated=efficiency is not None,
         notes=tuple(notes),
         trace=profile.trace,
+        memory_band=catalog.assumption(f"memory_error_band_{profile.source.value}"),
     )

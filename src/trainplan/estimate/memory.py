@@ -52,10 +52,29 @@ class MemoryBreakdown:
     overhead: float  # temporaries, buffers, CUDA context, allocator reserve
     host: float = 0.0  # host RAM per node needed by offload (bytes)
     phase: str = "forward"  # where the peak falls: "forward" (end of forward/start of backward) or "optimizer"
+    context: float = 0.0  # CUDA context + communicator buffers (part of overhead; never seen by the allocator)
+    fragmentation: float = 0.0  # reserved by the caching allocator but not allocated at the peak (part of overhead)
+    expandable_slack: float = 0.0  # the same with expandable_segments: at most the partly used pages
 
     @property
     def peak(self) -> float:
+        """What the device must hold: reserved + context (the figure the fit verdict compares)."""
         return self.weights + self.gradients + self.optimizer + self.activations + self.overhead
+
+    @property
+    def allocated(self) -> float:
+        """Peak allocated bytes: what ``torch.cuda.max_memory_allocated`` shows."""
+        return self.peak - self.context - self.fragmentation
+
+    @property
+    def reserved(self) -> float:
+        """Peak reserved by the caching allocator (``torch.cuda.max_memory_reserved``)."""
+        return self.allocated + self.fragmentation
+
+    @property
+    def reserved_expandable(self) -> float:
+        """Peak reserved with ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``."""
+        return self.allocated + self.expandable_slack
 
 
 # ----------------------------------------------------------------------------- model states
@@ -321,6 +340,7 @@ def step_peak(
     fixed_overhead: float,
     fragmentation: float,
     grads_live_in_forward: bool,
+    expandable_slack: float = 0.0,
 ) -> MemoryBreakdown:
     """Peak of one step: the larger of the two moments that can hold it.
 
@@ -330,8 +350,10 @@ def step_peak(
     * Optimizer step: weights + gradients + optimizer state + its temporaries.
 
     During backward, gradients are allocated as activations are freed, so the
-    sum of both is never reached; the allocator's reserve is a fraction of the
-    peak (``fragmentation``).
+    sum of both is never reached.  The caching allocator reserves more than it
+    hands out: a fraction of the peak (``fragmentation``), or with expandable
+    segments only ``expandable_slack``; the CUDA context and communicator buffers
+    (``fixed_overhead``) lie outside it.  The peak is reserved + context.
     """
     g_fwd = states.gradients if grads_live_in_forward else 0.0
     fwd = states.weights + states.optimizer + g_fwd + activations + forward_temporaries
@@ -341,7 +363,8 @@ def step_peak(
     else:
         phase, grads, acts, temps = "optimizer", states.gradients, 0.0, optimizer_temporaries
     top = max(fwd, opt)
-    overhead = temps + fixed_overhead + fragmentation * top
+    reserve = fragmentation * top
+    overhead = temps + fixed_overhead + reserve
     return MemoryBreakdown(
         weights=states.weights,
         gradients=grads,
@@ -350,4 +373,7 @@ def step_peak(
         overhead=overhead,
         host=states.host,
         phase=phase,
+        context=fixed_overhead,
+        fragmentation=reserve,
+        expandable_slack=min(reserve, expandable_slack),
     )

@@ -103,6 +103,34 @@ class Estimate:
     calibrated: bool = False  # efficiency or rate from a measured run
     notes: tuple[str, ...] = ()
     trace: dict[str, Any] | None = None  # what tracing the real model found (params, FLOPs, single-device peak)
+    memory_band: float | None = None  # the estimator's measured peak-memory error (fraction); None: not known
+
+    @property
+    def margin_bytes(self) -> float:
+        """Capacity left at the peak (negative: short by that much)."""
+        return self.capacity_gib * GIB - self.memory.peak
+
+    @property
+    def margin_fraction(self) -> float | None:
+        return self.margin_bytes / (self.capacity_gib * GIB) if self.capacity_gib else None
+
+    @property
+    def borderline(self) -> bool:
+        """The peak lies within the estimator's error band of the capacity: the verdict could go either way."""
+        if self.memory_band is None or not self.capacity_gib:
+            return False
+        return abs(self.memory.peak / (self.capacity_gib * GIB) - 1.0) <= self.memory_band
+
+    def memory_verdict(self) -> str:
+        """"fits, 6.1 GiB (8%) to spare", or why it is borderline, in one phrase."""
+        frac = self.margin_fraction
+        if frac is None:
+            return "capacity unknown"
+        gib = abs(self.margin_bytes) / GIB
+        head = f"{gib:.1f} GiB ({abs(frac):.0%}) to spare" if frac >= 0 else f"short by {gib:.1f} GiB ({abs(frac):.0%})"
+        if self.borderline:
+            return f"borderline: {head}, within the estimator's measured error band (±{self.memory_band:.0%})"
+        return f"fits, {head}" if frac >= 0 else f"does not fit, {head}"
 
     @property
     def fits(self) -> bool:
@@ -135,6 +163,10 @@ class Estimate:
             "vcpus": hw.vcpus_per_node,
             "memory": {
                 "peak_gib": m.peak / GIB,
+                "allocated_gib": m.allocated / GIB,
+                "reserved_gib": m.reserved / GIB,
+                "reserved_expandable_gib": m.reserved_expandable / GIB,
+                "context_gib": m.context / GIB,
                 "weights_gib": m.weights / GIB,
                 "gradients_gib": m.gradients / GIB,
                 "optimizer_gib": m.optimizer / GIB,
@@ -161,6 +193,14 @@ class Estimate:
             "calibrated": self.calibrated,
             "reason": self.reason,
             "rejection": self.rejection.to_dict() if self.rejection else None,
+            "memory_verdict": {
+                "margin_gib": self.margin_bytes / GIB,
+                "margin_fraction": self.margin_fraction,
+                "band": self.memory_band,
+                "borderline": self.borderline,
+                "verdict_on": "reserved + context",
+                "text": self.memory_verdict(),
+            },
             "hint": self.hint,
             "notes": list(self.notes),
         }

@@ -6,7 +6,7 @@ cost every candidate, then choose).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Callable, Iterable, Sequence
 
@@ -38,6 +38,8 @@ class Plan:
     options: tuple[Estimate, ...]  # best first
     rejected: tuple[Estimate, ...]  # each with .reason
     pareto: frozenset[int]  # indices into options on the time/cost front
+    warnings: tuple[str, ...] = ()  # what a user must know before taking the ranking (a borderline best option)
+    profile: StepProfile | None = field(default=None, compare=False)  # the neural job's step profile, made once
 
     @property
     def best(self) -> Estimate | None:
@@ -170,7 +172,13 @@ def rank(estimates: Iterable[Estimate], job: Job, objective: Objective) -> Plan:
         return (group, ratio, e.cost_usd)
 
     rejected.sort(key=rejected_key)
-    return Plan(objective=objective, options=tuple(ok), rejected=tuple(rejected), pareto=pareto_front(ok))
+    warnings = []
+    if ok and ok[0].borderline:
+        safe = next((i for i, e in enumerate(ok) if not e.borderline), None)
+        alt = f"; the best option with a safe margin is #{safe + 1} ({ok[safe].hardware.label}, {ok[safe].strategy})" if safe is not None else ""
+        warnings.append(f"the top option ({ok[0].hardware.label}, {ok[0].strategy}) is {ok[0].memory_verdict()}{alt}")
+    return Plan(objective=objective, options=tuple(ok), rejected=tuple(rejected), pareto=pareto_front(ok),
+                warnings=tuple(warnings))  # fmt: skip
 
 
 def plan_job(
@@ -193,7 +201,7 @@ def plan_job(
     plan = rank((est(hw, s) for hw, s in candidates(job, cat)), job, obj)
     if hints and profile is not None:
         plan = replace(plan, rejected=tuple(with_hint(e, job, cat, profile) for e in plan.rejected))
-    return plan
+    return replace(plan, profile=profile)
 
 
 def require_options(plan: Plan, job: Job) -> Plan:

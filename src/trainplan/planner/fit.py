@@ -1,0 +1,142 @@
+"""The largest micro-batch (and the longest sequence) that fits an option, keeping the global batch.
+
+Memory grows with the micro-batch (activations, logits), so the largest fitting
+micro-batch is found by bisection over re-composed estimates.  A profile from
+the formulas is rebuilt for each candidate micro-batch; a traced profile is not
+re-traced: its activations and FLOPs are scaled per sample (a trace of one
+step is linear in the batch for every layer the tracer has seen — attention
+is linear in the batch too; only the sequence length enters quadratically).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from trainplan.catalog import Catalog
+from trainplan.estimate.compose import compose
+from trainplan.estimate.hardware import Hardware
+from trainplan.estimate.profile import ProfileSource, StepProfile
+from trainplan.estimate.result import Estimate, Rejection, RejectKind
+from trainplan.estimate.transformer import transformer_profile
+from trainplan.spec import TorchJob, TransformerJob
+from trainplan.strategies import Strategy
+
+MAX_MICRO_BATCH = 1 << 16  # search bound: beyond this a step is no longer "a micro-batch"
+MAX_SEQ_LEN = 1 << 20  # one million tokens
+
+
+@dataclass(frozen=True)
+class MicroBatchFit:
+    """What fits on one option: micro-batch, accumulation, and (transformers) the longest sequence."""
+
+    micro_batch: int  # 0: not even micro-batch 1 fits
+    grad_accumulation: int  # micro-steps per optimizer step that keep the global batch
+    global_batch: int  # the global batch kept (or, without one in the job, micro-batch × data-parallel)
+    longest_seq_len: int | None  # at micro-batch 1 (transformer jobs from the formulas); 0: none fits
+    text: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "max_micro_batch": self.micro_batch,
+            "grad_accumulation": self.grad_accumulation,
+            "global_batch": self.global_batch,
+            "longest_seq_len_at_micro_batch_1": self.longest_seq_len,
+            "text": self.text,
+        }
+
+
+def _scaled(profile: StepProfile, factor: float) -> StepProfile:
+    """A traced profile for ``factor`` × the traced micro-batch (activations and FLOPs per sample)."""
+    f = profile.flops
+    return replace(
+        profile,
+        flops=replace(f, forward=f.forward * factor, backward=f.backward * factor, recompute=f.recompute * factor,
+                      causal_skipped=f.causal_skipped * factor),  # fmt: skip
+        memory=replace(profile.memory, activations=profile.memory.activations * factor),
+    )
+
+
+def _fits(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardware, strategy: Strategy, catalog: Catalog,
+          *, micro_batch: int, seq_len: int | None = None) -> bool:  # fmt: skip
+    return _rejection(job, profile, hw, strategy, catalog, micro_batch=micro_batch, seq_len=seq_len) is None
+
+
+def _rejection(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardware, strategy: Strategy, catalog: Catalog,
+               *, micro_batch: int, seq_len: int | None = None) -> Rejection | None:  # fmt: skip
+    """Why ``micro_batch`` (and ``seq_len``) does not fit; None when it does (a batch split is not a memory matter)."""
+    keep = job.global_batch if job.global_batch and job.global_batch % (micro_batch * hw.layout.data_parallel) == 0 else None
+    update: dict[str, object] = {"micro_batch": micro_batch, "global_batch": keep}
+    if seq_len is not None:
+        update["seq_len"] = seq_len
+    j = job.model_copy(update=update)
+    if profile.source is ProfileSource.ANALYTIC and isinstance(j, TransformerJob):
+        p = transformer_profile(j, catalog)
+    else:
+        p = _scaled(profile, micro_batch / job.micro_batch)
+    e = compose(j, p, hw, strategy, catalog)
+    return None if e.rejection is None or e.rejection.kind is RejectKind.BATCH else e.rejection
+
+
+def _largest(ok, lo: int, hi: int) -> int:
+    """The largest n in [lo, hi] with ok(n), ok monotone decreasing; lo - 1 when none."""
+    if not ok(lo):
+        return lo - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def max_micro_batch(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardware, strategy: Strategy,
+                    catalog: Catalog) -> MicroBatchFit:  # fmt: skip
+    """The largest micro-batch that fits ``hw`` with ``strategy``, and the accumulation that keeps the global batch.
+
+    With a ``global_batch`` in the job, the micro-batch must divide global_batch / data-parallel, so the
+    largest fitting divisor is taken; without one, any micro-batch (global batch = micro-batch × data-parallel).
+    """
+    dp = hw.layout.data_parallel
+    per_rank = (job.global_batch // dp) if job.global_batch and job.global_batch % dp == 0 else None
+    if job.global_batch and per_rank is None:
+        text = f"global_batch {job.global_batch} does not divide over {dp} data-parallel ranks"
+        return MicroBatchFit(0, 0, job.global_batch, None, text)
+
+    def ok(m: int) -> bool:
+        return _fits(job, profile, hw, strategy, catalog, micro_batch=m)
+
+    if per_rank is not None:
+        divisors = sorted((d for d in range(1, per_rank + 1) if per_rank % d == 0), reverse=True)
+        best = next((d for d in divisors if ok(d)), 0)
+        accumulation = per_rank // best if best else 0
+        global_batch = job.global_batch or 0
+    else:
+        best = _largest(ok, 1, MAX_MICRO_BATCH)
+        best = max(best, 0)
+        accumulation = 1 if best else 0
+        global_batch = best * dp
+    longest = None
+    if isinstance(job, TransformerJob) and profile.source is ProfileSource.ANALYTIC:
+        longest = max(0, _largest(lambda s: _fits(job, profile, hw, strategy, catalog, micro_batch=1, seq_len=s),
+                                  1, MAX_SEQ_LEN))  # fmt: skip
+    if best == 0:
+        why = _rejection(job, profile, hw, strategy, catalog, micro_batch=1)
+        text = "even micro-batch 1 does not fit" + (f" ({why.text})" if why else "") + (f"; at micro-batch 1 the longest sequence that fits is {longest}"
+                                                    if longest else "")  # fmt: skip
+    else:
+        text = f"micro-batch up to {best} fits"
+        if per_rank is not None:
+            text += f", with {accumulation} accumulation step{'s' if accumulation > 1 else ''} for global_batch {global_batch}"
+        if longest:
+            text += f"; at micro-batch 1 sequences up to {longest} tokens fit"
+    return MicroBatchFit(best, accumulation, global_batch, longest, text)
+
+
+def micro_batch_fit(job: TorchJob | TransformerJob, e: Estimate, catalog: Catalog, *,
+                    profile: StepProfile | None = None, trace: bool = False) -> MicroBatchFit:  # fmt: skip
+    """:func:`max_micro_batch` for the option of estimate ``e`` (the job's profile made once, or reused)."""
+    from trainplan.planner.core import job_profile
+
+    prof = profile or job_profile(job, catalog, trace=trace)
+    return max_micro_batch(job, prof, e.hardware, Strategy(e.strategy), catalog)

@@ -1,0 +1,120 @@
+"""Numbers a user can trust: allocated vs reserved vs context, a stated margin with a measured band,
+and the largest micro-batch that fits."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trainplan.catalog import find_accelerator, get_catalog
+from trainplan.cli.main import main
+from trainplan.estimate.hardware import hardware_for_gpu
+from trainplan.estimate.memory import GIB
+from trainplan.estimate.published import compare
+from trainplan.estimate.transformer import estimate_transformer, transformer_profile
+from trainplan.planner.core import Objective, rank
+from trainplan.planner.fit import _fits, max_micro_batch
+from trainplan.spec import parse_job
+from trainplan.strategies import Strategy
+
+RECORDS = Path(__file__).resolve().parents[1] / "data" / "published_llm.yaml"
+LLAMA7B = {"kind": "transformer", "model": "llama-2-7b", "seq_len": 2048, "micro_batch": 1, "steps": 10}
+
+
+def test_the_analytic_band_is_the_measured_error_on_published_records() -> None:
+    """The band is not invented: it is the median |error| of the analytic peak on the published records."""
+    rows = [c for c in (compare(r) for r in yaml.safe_load(RECORDS.read_text())) if c is not None]
+    errors = [abs(c.predicted_peak_gib / c.measured_peak_gib - 1) for c in rows if c.measured_peak_gib]
+    assert len(errors) >= 10
+    assert get_catalog().assumption("memory_error_band_analytic") == pytest.approx(statistics.median(errors), abs=0.005)
+
+
+def test_allocated_reserved_and_context_add_up_to_the_peak() -> None:
+    cat = get_catalog()
+    job = parse_job(LLAMA7B)
+    e = estimate_transformer(job, hardware_for_gpu(find_accelerator("A100-80GB"), cat, gpus=4), Strategy.ZERO2, cat)
+    m = e.memory
+    assert 0 < m.allocated < m.reserved_expandable <= m.reserved < m.peak
+    assert m.peak == pytest.approx(m.reserved + m.context)
+    assert m.context == pytest.approx((cat.assumption("cuda_context_gib") + cat.assumption("nccl_buffers_gib")) * GIB)
+    assert m.reserved - m.allocated == pytest.approx(cat.assumption("allocator_fragmentation") * m.allocated)
+    d = e.to_dict()["memory"]
+    assert d["allocated_gib"] < d["reserved_gib"] < d["peak_gib"]
+
+
+def test_the_margin_is_stated_and_borderline_means_within_the_band() -> None:
+    cat = get_catalog()
+    job = parse_job(LLAMA7B)
+    e = estimate_transformer(job, hardware_for_gpu(find_accelerator("A100-80GB"), cat, gpus=4), Strategy.ZERO2, cat)
+    spare = 80 - e.memory.peak / GIB
+    assert e.fits and not e.borderline
+    assert e.memory_verdict() == f"fits, {spare:.1f} GiB ({spare / 80:.0%}) to spare"
+    wide = replace(e, memory_band=0.5)
+    assert wide.borderline and wide.memory_verdict().startswith("borderline:") and "±50%" in wide.memory_verdict()
+    short = estimate_transformer(job, hardware_for_gpu(find_accelerator("A100-40GB"), cat, gpus=1), Strategy.SINGLE, cat)
+    assert not short.fits and short.memory_verdict().startswith("does not fit, short by")
+    assert e.to_dict()["memory_verdict"]["band"] == cat.assumption("memory_error_band_analytic")
+
+
+def test_a_borderline_best_option_is_said_so() -> None:
+    cat = get_catalog()
+    job = parse_job(LLAMA7B)
+    hw = hardware_for_gpu(find_accelerator("A100-80GB"), cat, gpus=4)
+    safe = estimate_transformer(job, hw, Strategy.ZERO3, cat)
+    tight = replace(estimate_transformer(job, hw, Strategy.ZERO2, cat), memory_band=0.5, cost_usd=safe.cost_usd / 2)
+    plan = rank([safe, tight], job, Objective.COST)
+    assert plan.options[0] is tight and plan.warnings
+    assert "borderline" in plan.warnings[0] and "#2" in plan.warnings[0]
+    assert not rank([safe], job, Objective.COST).warnings
+
+
+@pytest.mark.parametrize(("gpu", "gpus", "strategy"), [("A100-80GB", 4, Strategy.ZERO2), ("H100-80GB", 8, Strategy.FSDP),
+                                                        ("RTX4090", 1, Strategy.ZERO3_OFFLOAD)])  # fmt: skip
+def test_the_largest_micro_batch_fits_and_the_next_does_not(gpu: str, gpus: int, strategy: Strategy) -> None:
+    cat = get_catalog()
+    job = parse_job({**LLAMA7B, "global_batch": 64})
+    hw = hardware_for_gpu(find_accelerator(gpu), cat, gpus=gpus)
+    prof = transformer_profile(job, cat)
+    fit = max_micro_batch(job, prof, hw, strategy, cat)
+    per_rank = 64 // gpus
+    if fit.micro_batch:
+        assert _fits(job, prof, hw, strategy, cat, micro_batch=fit.micro_batch)
+        bigger = [d for d in range(fit.micro_batch + 1, per_rank + 1) if per_rank % d == 0]
+        assert not any(_fits(job, prof, hw, strategy, cat, micro_batch=d) for d in bigger)
+        assert fit.micro_batch * fit.grad_accumulation * gpus == 64
+    if fit.longest_seq_len:
+        assert _fits(job, prof, hw, strategy, cat, micro_batch=1, seq_len=fit.longest_seq_len)
+        assert not _fits(job, prof, hw, strategy, cat, micro_batch=1, seq_len=fit.longest_seq_len + 1)
+
+
+def test_when_nothing_fits_the_answer_says_why() -> None:
+    cat = get_catalog()
+    job = parse_job({**LLAMA7B, "model": "llama-2-70b"})
+    hw = hardware_for_gpu(find_accelerator("A100-40GB"), cat, gpus=1)
+    fit = max_micro_batch(job, transformer_profile(job, cat), hw, Strategy.SINGLE, cat)
+    assert fit.micro_batch == 0 and fit.text.startswith("even micro-batch 1 does not fit (needs")
+
+
+def test_without_a_global_batch_any_micro_batch_is_tried() -> None:
+    cat = get_catalog()
+    job = parse_job({**LLAMA7B, "model": "gpt2", "seq_len": 1024})
+    fit = max_micro_batch(job, transformer_profile(job, cat), hardware_for_gpu(find_accelerator("A100-80GB"), cat, gpus=1),
+                          Strategy.SINGLE, cat)  # fmt: skip
+    assert fit.micro_batch > 8 and fit.grad_accumulation == 1 and fit.global_batch == fit.micro_batch
+
+
+def test_cli_max_micro_batch(capsys, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("TRAINPLAN_HOME", str(tmp_path))
+    assert main(["estimate", "--gpu", "A100-80GB", "--gpus", "4", "--strategy", "zero2", "--max-micro-batch", "--json"]) == 0
+    fit = json.loads(capsys.readouterr().out)["micro_batch_fit"]
+    assert fit["max_micro_batch"] >= 1 and fit["grad_accumulation"] >= 1
+    tab = tmp_path / "xgb.yaml"
+    tab.write_text("kind: tabular\nlibrary: xgboost\nrows: 1000\nfeatures: 10\n")
+    assert main(["estimate", str(tab), "--cpus", "8", "--max-micro-batch"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--max-micro-batch" in err and "Traceback" not in err
