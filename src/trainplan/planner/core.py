@@ -200,7 +200,8 @@ def plan_job(
     est = make_estimator(job, cat, efficiency_for=efficiency_for, profile=profile)
     plan = rank((est(hw, s) for hw, s in candidates(job, cat)), job, obj)
     if hints and profile is not None:
-        plan = replace(plan, rejected=tuple(with_hint(e, job, cat, profile) for e in plan.rejected))
+        remedies = hint_remedies(job, cat, profile)
+        plan = replace(plan, rejected=tuple(with_hint(e, job, cat, profile, remedies) for e in plan.rejected))
     return replace(plan, profile=profile)
 
 
@@ -233,38 +234,53 @@ def require_options(plan: Plan, job: Job) -> Plan:
     )
 
 
+def hint_remedies(job: Job, catalog: Catalog, profile: StepProfile) -> tuple[tuple[str, Job, StepProfile], ...]:
+    """Changes to the job itself that can make it fit, each with its profile (made once per job).
+
+    Only profiles from the formulas are rebuilt (at once); a traced profile is not re-traced.
+    """
+    if not isinstance(job, TransformerJob) or profile.source is not ProfileSource.ANALYTIC:
+        return ()
+    out: list[tuple[str, Job, StepProfile]] = []
+    if job.activation_checkpointing is not Checkpointing.FULL:
+        j = job.model_copy(update={"activation_checkpointing": Checkpointing.FULL})
+        out.append(("activation_checkpointing: full", j, transformer_profile(j, catalog)))
+    if job.method is Method.FULL:
+        j = job.model_copy(update={"method": Method.LORA})
+        out.append(("method: lora", j, transformer_profile(j, catalog)))
+    return tuple(out)
+
+
 def fit_hint(job: Job, hw: Hardware, strategy: Strategy | None, catalog: Catalog,
-             profile: StepProfile | None = None) -> str | None:  # fmt: skip
+             profile: StepProfile | None = None,
+             remedies: tuple[tuple[str, Job, StepProfile], ...] | None = None) -> str | None:  # fmt: skip
     """What would make a memory-rejected neural option fit: try the usual remedies, report those that work.
 
-    Other strategies reuse the job's profile; changes to the job itself (checkpointing, LoRA) need a new
-    profile, which the formulas give at once — a traced profile is not re-traced, so only strategies are tried.
+    Other strategies reuse the job's profile; changes to the job itself (checkpointing, LoRA) come from
+    :func:`hint_remedies`.
     """
     if isinstance(job, TabularJob) or strategy is None:
         return None
     prof = profile or job_profile(job, catalog)
+    changes = hint_remedies(job, catalog, prof) if remedies is None else remedies
     tries: list[tuple[str, Job, Strategy, StepProfile]] = []
-    reprofile = isinstance(job, TransformerJob) and prof.source is ProfileSource.ANALYTIC
-    if reprofile and job.activation_checkpointing is not Checkpointing.FULL:
-        j = job.model_copy(update={"activation_checkpointing": Checkpointing.FULL})
-        tries.append(("activation_checkpointing: full", j, strategy, transformer_profile(j, catalog)))  # type: ignore[arg-type]
+    tries += [(label, j, strategy, p) for label, j, p in changes if label.startswith("activation")]
     for s in (Strategy.ZERO3, Strategy.ZERO2_OFFLOAD, Strategy.ZERO3_OFFLOAD):
         if s is not strategy and (hw.layout.world_size > 1 or not s.multi_device_only):
             tries.append((f"strategy {s.value}", job, s, prof))
-    if reprofile and job.method is Method.FULL:  # type: ignore[union-attr]
-        j = job.model_copy(update={"method": Method.LORA})
-        tries.append(("method: lora", j, strategy, transformer_profile(j, catalog)))  # type: ignore[arg-type]
+    tries += [(label, j, strategy, p) for label, j, p in changes if not label.startswith("activation")]
     works = [label for label, j, s, p in tries if compose(j, p, hw, s, catalog).fits]  # type: ignore[arg-type]
     if works:
         return "fits with " + " or ".join(works)
     return "does not fit with checkpointing, ZeRO-3, offload or LoRA alone; add GPUs"
 
 
-def with_hint(e: Estimate, job: Job, catalog: Catalog, profile: StepProfile | None = None) -> Estimate:
+def with_hint(e: Estimate, job: Job, catalog: Catalog, profile: StepProfile | None = None,
+              remedies: tuple[tuple[str, Job, StepProfile], ...] | None = None) -> Estimate:  # fmt: skip
     """``e`` with a fit hint when it was rejected for device memory."""
     if e.rejection is None or e.rejection.kind is not RejectKind.DEVICE_MEMORY or e.kind == "tabular":
         return e
-    return replace(e, hint=fit_hint(job, e.hardware, Strategy(e.strategy), catalog, profile))
+    return replace(e, hint=fit_hint(job, e.hardware, Strategy(e.strategy), catalog, profile, remedies))
 
 
 def estimate_option(
