@@ -67,3 +67,14 @@ def test_each_parallel_fit_holds_its_fold_and_the_library_copy() -> None:
     one_at_a_time = estimate_tabular(_job(cv_folds=4), local_cpu_hardware(1), cat)
     # three fewer fits in memory at once: each held a float32 fold copy, the DMatrix, bins and gradients
     assert xgb.memory.activations - one_at_a_time.memory.activations >= 3 * (4 + 8 + 1) * training_cells
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_a_step_is_one_round_trees_or_linear_solver_iterations(library) -> None:
+    """``trainplan run`` counts a step as one boosting round — a tree, or one solver iteration for
+    ``sklearn-linear`` (``max_iter=iterations``); the estimate's steps and step time must count the same."""
+    job = _job(library=library, trees=30, iterations=70, cv_folds=3)
+    e = estimate_tabular(job, local_cpu_hardware(4), get_catalog())
+    rounds = 70 if library == "sklearn-linear" else 30
+    assert e.steps == rounds * 3
+    assert e.step_time_s == pytest.approx(e.time_breakdown["fit_s"] / rounds)

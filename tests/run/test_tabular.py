@@ -154,3 +154,17 @@ def test_preempted_folds_resume_to_the_same_result(tmp_path) -> None:
         job, out_dir=tmp_path / "b", parallel_fits=2, threads_per_fit=1, write_metrics=lambda r: None, stop=threading.Event()
     )
     assert again["measured"]["final_loss"] == pytest.approx(fresh["measured"]["final_loss"], rel=1e-9)
+
+
+def test_sklearn_linear_run_counts_the_steps_the_estimate_counts(tmp_path) -> None:
+    """Solver iterations, not trees: the run and the estimate agree on what a step of a linear model is."""
+    from trainplan.catalog import get_catalog
+    from trainplan.estimate.tabular import estimate_tabular
+    from trainplan.planner.local import local_cpu_hardware
+
+    job = parse_job({**TABULAR_JOB, "library": "sklearn-linear", "trees": 100, "iterations": 7, "cv_folds": 2})
+    result = train_tabular(
+        job, out_dir=tmp_path, parallel_fits=1, threads_per_fit=1, write_metrics=lambda r: None, stop=threading.Event()
+    )
+    assert result["steps"] == 14 and [f["rounds"] for f in result["folds"]] == [7, 7]
+    assert estimate_tabular(job, local_cpu_hardware(2), get_catalog()).steps == result["steps"]
