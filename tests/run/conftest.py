@@ -199,7 +199,7 @@ def write_job(path: Path, base: dict[str, Any], **changes: Any) -> Path:
 
 def run(job: Path, out: Path, **options: Any) -> RunSummary:
     """``trainplan run`` in this process (the workers are real child processes)."""
-    return execute(RunRequest(job_path=job, out=out, checkpoint_minutes=None, **options), progress=False)
+    return execute(RunRequest(job_path=job, out=out, checkpoint_minutes=None, **options), progress=None)
 
 
 def rank_records(out: Path, stage: str) -> list[dict[str, Any]]:

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from trainplan.errors import TrainplanError
+from trainplan.files import write_json_atomic
 from trainplan.run.checkpoint import CheckpointStore, load_tensor_file, rng_state, save_tensor_file, set_rng_state
-from trainplan.run.files import write_json_atomic
 from trainplan.run.metrics import MetricsTail, MetricsWriter, read_metrics, step_figures, truncate_after
 from trainplan.run.rundir import prepare_run_dir
 

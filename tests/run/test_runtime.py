@@ -12,6 +12,9 @@ import torch
 from trainplan import runtime
 from trainplan.run.config import RunConfig
 from trainplan.run.metrics import read_metrics
+from trainplan.run.runtime.process import ProcessInfo
+from trainplan.run.runtime.telemetry import FaultInjection
+from trainplan.run.runtime.wrapping import param_names, rebuild_optimizer
 
 
 @pytest.fixture
@@ -67,9 +70,9 @@ def test_optimizer_rebuilt_over_new_parameters_keeps_groups() -> None:
     opt = torch.optim.AdamW(
         [{"params": model[0].parameters(), "weight_decay": 0.0}, {"params": model[1].parameters()}], lr=0.01, weight_decay=0.1
     )
-    names = runtime._param_names(model)
+    names = param_names(model)
     replica = copy.deepcopy(model)  # stands in for a model whose parameters were replaced by sharding
-    new = runtime._rebuild_optimizer(opt, names, replica)
+    new = rebuild_optimizer(opt, names, replica)
     assert [g["weight_decay"] for g in new.param_groups] == [0.0, 0.1]
     assert all(p1 is p2 for p1, p2 in zip(new.param_groups[0]["params"], replica[0].parameters()))
 
@@ -106,3 +109,38 @@ def test_sigterm_checkpoints_and_resume_restores_everything(tmp_path, restore_si
     for p, q in zip(model.parameters(), model2.parameters()):
         torch.testing.assert_close(p, q)
     assert torch.equal(torch.rand(3), after_stop)
+
+
+def test_fault_injection_is_read_once_at_start_up(tmp_path, monkeypatch, restore_sigterm) -> None:
+    monkeypatch.setenv(runtime.FAULT_STEP_ENV, "soon")
+    with pytest.raises(ValueError, match=runtime.FAULT_STEP_ENV):  # a bad switch fails at start-up, not mid-run
+        runtime.init(_config(tmp_path))
+    monkeypatch.delenv(runtime.FAULT_STEP_ENV)
+    ctx = runtime.init(_config(tmp_path))
+    monkeypatch.setenv(runtime.FAULT_STEP_ENV, "soon")  # after start-up: never read again
+    model, _ = ctx.wrap(torch.nn.Linear(2, 1), lambda p: torch.optim.SGD(p, lr=0.1))
+    assert ctx.resume() == 0
+    for step in range(2):
+        ctx.backward(model(torch.ones(1, 2)).sum())
+        ctx.step()
+        assert ctx.end_of_step(step + 1, loss=1.0) is False
+    assert ctx.finish()["steps"] == 2
+
+
+def test_fault_injection_strikes_one_rank_at_one_step_on_the_first_attempt() -> None:
+    fault = FaultInjection.from_env({runtime.FAULT_STEP_ENV: "6", runtime.FAULT_RANK_ENV: "1"})
+    assert fault.due(6, rank=1, restart_count=0)
+    assert not fault.due(5, rank=1, restart_count=0) and not fault.due(6, rank=0, restart_count=0)
+    assert not fault.due(6, rank=1, restart_count=1)  # the restarted group runs on
+    assert FaultInjection.from_env({}) == FaultInjection(at_step=None, rank=0)
+    assert not FaultInjection.from_env({runtime.FAULT_STEP_ENV: ""}).due(0, rank=0, restart_count=0)
+
+
+def test_process_facts_come_from_the_launcher_environment() -> None:
+    env = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "TORCHELASTIC_RESTART_COUNT": "2"}
+    assert ProcessInfo.from_env(env) == ProcessInfo(rank=3, world_size=4, local_rank=1, restart_count=2)
+    agent = ProcessInfo.from_env({**env, "TORCHELASTIC_USE_AGENT_STORE": "True", "MASTER_ADDR": "h", "MASTER_PORT": "29500"})
+    assert agent.agent_store == ("h", 29500)
+    assert ProcessInfo.from_env({}) == ProcessInfo()
+    with pytest.raises(ValueError, match=r"\$WORLD_SIZE"):
+        ProcessInfo.from_env({"WORLD_SIZE": "two"})

@@ -20,6 +20,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from trainplan.cli.progress import ProgressView
 from trainplan.run.api import RunRequest, RunSummary, execute
 from trainplan.run.choose import Option
 from trainplan.run.config import RunConfig
@@ -111,7 +112,7 @@ def run_command(
             soft_wrap=True,
         )
 
-    summary = execute(request, progress=not json_out or sys.stderr.isatty(), on_planned=announce)
+    summary = execute(request, progress=ProgressView if not json_out or sys.stderr.isatty() else None, on_planned=announce)
     if json_out:
         print(json.dumps(summary.to_json(), sort_keys=True), flush=True)
     else:

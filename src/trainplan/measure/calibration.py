@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from trainplan.errors import TrainplanError
-from trainplan.run.files import write_json_atomic
+from trainplan.files import write_json_atomic
 
 STORE_VERSION = 1
 STORE_NAME = "calibrations.json"

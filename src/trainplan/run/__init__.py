@@ -3,6 +3,8 @@
 Public pieces:
 
 * :func:`execute` / :class:`RunRequest` / :class:`RunSummary` — the whole run as a library call;
+* :class:`RunConfig` — what every worker of a run is told (``run.json``);
+* :class:`WorkerResult` / :class:`RunStatus` — what the workers measured (``result.json``);
 * :func:`render` / :func:`submit` / :class:`LaunchSpec` — launch as render + submit;
 * :func:`deepspeed_config` — the DeepSpeed JSON of a ZeRO strategy;
 * :func:`render_skypilot`, :func:`render_ray`, :func:`render_dask`,
@@ -10,7 +12,9 @@ Public pieces:
   render-only launches for clusters;
 * :data:`PREEMPTED_EXIT_CODE` — the exit code of a run stopped by SIGTERM.
 
-Importing this package imports nothing heavy; names load on first use.
+Importing this package imports nothing heavy; names load on first use.  The
+training-script API is :mod:`trainplan.run.runtime` (``import trainplan.runtime``
+for scripts); docs/run.md ("Where things live") maps the modules.
 """
 
 from importlib import import_module
@@ -27,6 +31,8 @@ _EXPORTS = {
     "render_skypilot": "trainplan.run.cluster",
     "render_torchrun_multinode": "trainplan.run.cluster",
     "RunConfig": "trainplan.run.config",
+    "RunStatus": "trainplan.run.results",
+    "WorkerResult": "trainplan.run.results",
     "LaunchSpec": "trainplan.run.launch",
     "deepspeed_config": "trainplan.run.launch",
     "render": "trainplan.run.launch",
@@ -37,7 +43,7 @@ __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
-    """Import the public names on first use (keeps ``import trainplan.run.files`` cheap and cycle-free)."""
+    """Import the public names on first use (keeps ``import trainplan.run.config`` cheap and cycle-free)."""
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'trainplan.run' has no attribute {name!r}")

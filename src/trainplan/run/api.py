@@ -3,7 +3,8 @@
 Order of work: load and check the job (data file, target column, model
 factory, script) → probe the machine → choose the option → prepare the run
 directory → resolve the :class:`~trainplan.run.config.RunConfig` → render →
-submit (with a progress view) → read the workers' ``result.json`` → write
+submit (with a progress view, when the caller gives one) → read the workers'
+``result.json`` (a :class:`~trainplan.run.results.WorkerResult`) → write
 ``summary.json`` (measured against predicted) → record a calibration.
 
 Bad input raises :class:`~trainplan.errors.TrainplanError` before anything
@@ -13,7 +14,6 @@ returns a :class:`RunSummary`; the run directory is always kept.
 
 from __future__ import annotations
 
-import json
 import platform
 import re
 import signal
@@ -22,16 +22,18 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from trainplan.errors import SpecError, TrainplanError
+from trainplan.estimate.tabular import rounds_per_fit
+from trainplan.files import write_json_atomic
 from trainplan.measure.calibration import Calibration, record_calibration
 from trainplan.measure.probe import Accelerator, Hardware, probe_hardware
 from trainplan.run.choose import Option, choose_option
 from trainplan.run.config import RunConfig
-from trainplan.run.files import write_json_atomic
 from trainplan.run.launch import DEFAULT_MAX_RESTARTS, LaunchSpec, deepspeed_config, render, submit
 from trainplan.run.predict import FIGURES, Prediction, relative_error
+from trainplan.run.results import Measured, RunStatus, WorkerResult
 from trainplan.run.rundir import RunPaths, prepare_run_dir
 from trainplan.spec import JobKind, Precision, TabularLibrary, load_job
 from trainplan.strategies import Engine, Strategy
@@ -60,11 +62,23 @@ class RunRequest:
     max_restarts: int = DEFAULT_MAX_RESTARTS
 
 
+class ProgressSink(Protocol):
+    """A progress display: :meth:`refresh` is called while the workers train, :meth:`close` at the end."""
+
+    def refresh(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+#: Makes a progress display from (metrics.jsonl path, total steps, a label); the CLI passes a rich one.
+ProgressFactory = Callable[[Path, int, str], ProgressSink]
+
+
 @dataclass(frozen=True)
 class RunSummary:
     """The outcome of a run: measurement against prediction."""
 
-    status: str  # "completed" | "preempted" | "failed"
+    status: RunStatus
     out: Path
     exit_code: int
     kind: str
@@ -88,7 +102,7 @@ class RunSummary:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "status": self.status,
+            "status": self.status.value,
             "out": str(self.out),
             "exit_code": self.exit_code,
             "kind": self.kind,
@@ -187,19 +201,19 @@ def check_job(job: Any, script: Path | None) -> Any:
 # --------------------------------------------------------------------------- the configuration
 
 
-def _precision(job: Any, accelerator: Accelerator, strategy: Strategy) -> tuple[str, tuple[str, ...]]:
+def _precision(job: Any, accelerator: Accelerator, strategy: Strategy) -> tuple[Precision, tuple[str, ...]]:
     asked = getattr(job, "precision", Precision.FP32)
     if accelerator is not Accelerator.CUDA:
         note = () if asked is Precision.FP32 else (f"precision {asked.value} runs as fp32 on {accelerator.value}",)
-        return "fp32", note
+        return Precision.FP32, note
     if asked in (Precision.BF16, Precision.BF16_PURE):
         import torch
 
         if not torch.cuda.is_bf16_supported():
-            return "fp16", (f"this GPU has no bf16; precision {asked.value} runs as fp16",)
+            return Precision.FP16, (f"this GPU has no bf16; precision {asked.value} runs as fp16",)
     if asked is Precision.BF16_PURE and strategy.engine is Engine.DEEPSPEED:
-        return "bf16", ("DeepSpeed keeps fp32 master weights: bf16-pure runs as bf16",)
-    return asked.value, ()
+        return Precision.BF16, ("DeepSpeed keeps fp32 master weights: bf16-pure runs as bf16",)
+    return asked, ()
 
 
 def resolve_config(
@@ -212,17 +226,16 @@ def resolve_config(
     base: dict[str, Any] = dict(
         job=job_json(job),
         out_dir=str(paths.root.resolve()),
-        strategy=option.strategy.value,
-        accelerator=option.accelerator.value,
+        strategy=option.strategy,
+        accelerator=option.accelerator,
         threads_per_process=option.threads_per_process,
         script=str(request.script.resolve()) if request.script else None,
     )
     if job.kind is JobKind.TABULAR:
-        rounds = job.iterations if job.library is TabularLibrary.SKLEARN_LINEAR else job.trees
         return RunConfig(
             **base,
             world_size=1,
-            total_steps=rounds * job.cv_folds,
+            total_steps=rounds_per_fit(job) * job.cv_folds,
             parallel_fits=option.devices,
             threads_per_fit=option.threads_per_process,
         )
@@ -243,7 +256,7 @@ def resolve_config(
             grad_accum=accum,
             world_size=world,
             precision=precision,
-            accelerator=option.accelerator.value,
+            accelerator=option.accelerator,
         )
     if request.checkpoint_every is not None and request.checkpoint_every < 1:
         raise SpecError(f"must be >= 1, got {request.checkpoint_every}", field="--checkpoint-every")
@@ -290,35 +303,30 @@ def _throughput_key(kind: JobKind) -> str:
     return "tokens_per_s" if kind is JobKind.TRANSFORMER else "rows_per_s"
 
 
-def _measured(kind: JobKind, result: dict[str, Any] | None) -> dict[str, float | None]:
-    keys = ("step_time_s", "peak_gib", _throughput_key(kind), "train_s", "final_loss")
-    got = (result or {}).get("measured", {})
-    return {k: got.get(k) for k in keys}
+def _figure_keys(kind: JobKind) -> tuple[str, ...]:
+    return ("step_time_s", "peak_gib", _throughput_key(kind), "train_s", "final_loss")
+
+
+def _measured(kind: JobKind, measured: Measured) -> dict[str, float | None]:
+    return {k: measured.figure(k) for k in _figure_keys(kind)}
 
 
 def _predicted(kind: JobKind, prediction: Prediction) -> dict[str, float | None]:
     figures = prediction.figures()
-    return {k: figures[k] for k in ("step_time_s", "peak_gib", _throughput_key(kind), "train_s", "final_loss")}
+    return {k: figures[k] for k in _figure_keys(kind)}
 
 
-def _read_result(paths: RunPaths) -> dict[str, Any] | None:
-    try:
-        return json.loads(paths.result.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
-def calibration_from(summary: RunSummary, job: Any, result: dict[str, Any]) -> Calibration:
+def calibration_from(summary: RunSummary, job: Any, result: WorkerResult) -> Calibration:
     """The calibration record of a completed run."""
     kind = JobKind(summary.kind)
-    m = summary.measured
-    work = result.get("workload", {})
+    m = result.measured
+    flops_per_token = result.workload.flops_per_token
     tflops = None
     ns_per_cell = None
-    throughput = m.get(_throughput_key(kind))
-    if kind is JobKind.TRANSFORMER and throughput and work.get("flops_per_token"):
-        tflops = work["flops_per_token"] * throughput / summary.devices / 1e12
-    if kind is JobKind.TABULAR and result.get("folds"):
+    throughput = m.figure(_throughput_key(kind))
+    if kind is JobKind.TRANSFORMER and throughput and flops_per_token:
+        tflops = flops_per_token * throughput / summary.devices / 1e12
+    if kind is JobKind.TABULAR and result.folds:
         ns_per_cell = tabular_ns_per_cell(job, result)
     unit = {JobKind.TRANSFORMER: "tokens/s", JobKind.TORCH: "samples/s", JobKind.TABULAR: "rows/s"}[kind]
     return Calibration(
@@ -326,10 +334,10 @@ def calibration_from(summary: RunSummary, job: Any, result: dict[str, Any]) -> C
         kind=kind.value,
         key=job.library.value if kind is JobKind.TABULAR else summary.strategy,
         devices=summary.devices,
-        step_time_s=m.get("step_time_s"),
+        step_time_s=m.step_time_s,
         throughput=throughput,
         throughput_unit=unit,
-        peak_gib=m.get("peak_gib"),
+        peak_gib=m.peak_gib,
         achieved_tflops=tflops,
         recorded_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         host=socket.gethostname() or platform.node(),
@@ -339,22 +347,24 @@ def calibration_from(summary: RunSummary, job: Any, result: dict[str, Any]) -> C
     )
 
 
-def tabular_ns_per_cell(job: Any, result: dict[str, Any]) -> float | None:
+def tabular_ns_per_cell(job: Any, result: WorkerResult) -> float | None:
     """The per-core rate the finished folds imply (median over folds), in the catalog's unit."""
     from statistics import median
 
     from trainplan.catalog import get_catalog
     from trainplan.estimate.tabular import measured_ns_per_cell
 
-    work = result["workload"]
-    shape = {"rows": work["rows"], "features": work["features"]}
-    if job.objective == "multiclass" and work.get("classes"):
-        shape["classes"] = work["classes"]
+    work = result.workload
+    if work.rows is None or work.features is None or work.threads_per_fit is None:
+        return None  # not a tabular worker's result
+    shape = {"rows": work.rows, "features": work.features}
+    if job.objective == "multiclass" and work.classes:
+        shape["classes"] = work.classes
     real = job.model_copy(update=shape)
     rates = [
-        measured_ns_per_cell(real, get_catalog(), rows=f["rows"], rounds=f["rounds"], fit_s=f["fit_s"], threads=work["threads_per_fit"])
-        for f in result["folds"]
-        if f["fit_s"] > 0 and f["rounds"] > 0
+        measured_ns_per_cell(real, get_catalog(), rows=f.rows, rounds=f.rounds, fit_s=f.fit_s, threads=work.threads_per_fit)
+        for f in result.folds or ()
+        if f.fit_s > 0 and f.rounds > 0
     ]
     return median(rates) if rates else None
 
@@ -370,14 +380,14 @@ def plan_launch(request: RunRequest) -> tuple[Any, Hardware, Option, RunPaths, R
     strategy, devices = request.strategy, request.devices
     previous = _previous_config(request)
     if previous is not None:  # a resumed run keeps its layout unless told otherwise
-        strategy = strategy or (previous.strategy if job.kind is not JobKind.TABULAR else None)
+        strategy = strategy or (previous.strategy.value if job.kind is not JobKind.TABULAR else None)
         devices = devices or (previous.parallel_fits if job.kind is JobKind.TABULAR else previous.world_size)
     option = choose_option(job_for_prediction, hw, strategy=strategy, devices=devices)
     if previous is not None and job.kind is not JobKind.TABULAR and (
-        previous.strategy != option.strategy.value or previous.world_size != option.devices
+        previous.strategy is not option.strategy or previous.world_size != option.devices
     ):
         raise SpecError(
-            f"the run was started with {previous.strategy} on {previous.world_size} process(es); "
+            f"the run was started with {previous.strategy.value} on {previous.world_size} process(es); "
             f"resume it with the same --strategy and --devices",
             field="--resume",
         )
@@ -399,49 +409,56 @@ def _previous_config(request: RunRequest) -> RunConfig | None:
 def execute(
     request: RunRequest,
     *,
-    progress: bool = True,
+    progress: ProgressFactory | None = None,
     on_planned: Callable[[Option, RunConfig, LaunchSpec], None] | None = None,
 ) -> RunSummary:
-    """Run ``request`` to the end (or to preemption / failure) and summarise it."""
+    """Run ``request`` to the end (or to preemption / failure) and summarise it.
+
+    ``progress`` makes the display that follows the run's metrics while it
+    trains (the CLI passes :class:`trainplan.cli.progress.ProgressView`); None shows nothing.
+    """
     job, hw, option, paths, config, spec = plan_launch(request)
     if on_planned is not None:
         on_planned(option, config, spec)
     paths.result.unlink(missing_ok=True)
     view = None
     if progress:
-        from trainplan.run.progress import ProgressView
-
         label = f"{job.name} · {option.strategy.value if job.kind is not JobKind.TABULAR else job.library.value}"
-        view = ProgressView(paths.metrics, config.total_steps, description=label)
+        view = progress(paths.metrics, config.total_steps, label)
     started = time.perf_counter()
     try:
         rc = submit(spec, log_path=paths.log, poll=view.refresh if view else None)
     finally:
         if view is not None:
             view.close()
-    result = _read_result(paths)
+    result = WorkerResult.read(paths.result)
     if result is None and rc == 0 and request.script is not None:
         # a script that does not use trainplan.runtime: only its wall time is known
-        result = {"status": "completed", "measured": {"train_s": time.perf_counter() - started}}
-    status = (result or {}).get("status", "failed")
+        result = WorkerResult(
+            status=RunStatus.COMPLETED,
+            steps=0,
+            measured=Measured(train_s=time.perf_counter() - started),
+            precision=config.precision,
+        )
+    status = result.status if result is not None else RunStatus.FAILED
     message = None
-    if status == "completed" and rc != 0:
-        status = "failed"  # the workers finished but the launcher did not exit cleanly
-    if status == "failed":
+    if status is RunStatus.COMPLETED and rc != 0:
+        status = RunStatus.FAILED  # the workers finished but the launcher did not exit cleanly
+    if status is RunStatus.FAILED:
         why = last_error_line(paths.log)
         who = f"script {request.script.name}" if request.script else "training"
         how = f"was killed by {_signal_name(-rc)}" if rc < 0 else f"failed with exit code {rc}"
         message = f"{who} {how}" + (f": {why}" if why else "") + f" (log: {paths.log})"
         exit_code = rc if rc > 0 else 1
     else:
-        exit_code = 0 if status == "completed" else PREEMPTED_EXIT_CODE
-        if status == "preempted":
+        exit_code = 0 if status is RunStatus.COMPLETED else PREEMPTED_EXIT_CODE
+        if status is RunStatus.PREEMPTED:
             message = (
-                f"preempted at step {(result or {}).get('steps', 0)}: checkpoint written; "
+                f"preempted at step {result.steps if result else 0}: checkpoint written; "
                 f"continue with --resume --out {paths.root}"
             )
     kind = job.kind
-    measured = _measured(kind, result)
+    measured = _measured(kind, result.measured if result else Measured())
     predicted = _predicted(kind, option.prediction)
     summary = RunSummary(
         status=status,
@@ -456,17 +473,17 @@ def execute(
         measured=measured,
         predicted=predicted,
         error={k: relative_error(measured[k], predicted[k]) for k in measured if k in FIGURES},
-        steps=int((result or {}).get("steps", 0)),
-        restarts=int((result or {}).get("restarts", 0)),
-        precision=(result or {}).get("precision", config.precision),
-        peak_method=(result or {}).get("peak_method"),
+        steps=result.steps if result else 0,
+        restarts=result.restarts if result else 0,
+        precision=(result.precision if result else config.precision).value,
+        peak_method=result.peak_method if result else None,
         prediction_note=option.prediction.note,
         message=message,
         notes=config.notes,
         predicted_from_calibration=option.prediction.from_calibration,
     )
     write_json_atomic(paths.summary, summary.to_json())
-    if status == "completed" and result is not None and request.script is None:
+    if status is RunStatus.COMPLETED and result is not None and request.script is None:
         try:
             record_calibration(calibration_from(summary, job, result))
         except TrainplanError as exc:

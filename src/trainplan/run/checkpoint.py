@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import torch
 
-from trainplan.run.files import save_atomic, write_json_atomic
+from trainplan.files import save_atomic, write_json_atomic
 
 LATEST = "latest.json"
 

@@ -16,9 +16,11 @@ from typing import Mapping
 
 import yaml
 
+from trainplan.measure.probe import Accelerator
 from trainplan.run.config import CONFIG_ENV, RunConfig
 from trainplan.run.launch import DEFAULT_MAX_RESTARTS, LaunchSpec, torchrun_args
 from trainplan.run.rundir import RunPaths
+from trainplan.spec import JobKind, TabularLibrary
 
 
 def _base_files(config: RunConfig) -> dict[Path, str]:
@@ -148,7 +150,7 @@ def render_ray(config: RunConfig, *, address: str = "auto") -> LaunchSpec:
         run_config=str(paths.run_config),
         env_name=CONFIG_ENV,
         address=address,
-        use_gpu=config.accelerator == "cuda",
+        use_gpu=config.accelerator is Accelerator.CUDA,
     )
     files = _base_files(config)
     files[driver] = source
@@ -184,19 +186,21 @@ if __name__ == "__main__":
 
 def render_dask(config: RunConfig, *, scheduler: str, chunk_rows: int = 100_000) -> LaunchSpec:
     """A Dask driver that trains an XGBoost tabular job with ``xgboost.dask`` on ``scheduler``."""
-    job = config.job
-    if job.get("kind") != "tabular" or job.get("library") != "xgboost":
+    if config.kind is not JobKind.TABULAR:
         raise ValueError("render_dask renders XGBoost tabular jobs only")
-    objective = job.get("objective", "binary")
-    params = {
+    job = config.load_job()
+    if job.library is not TabularLibrary.XGBOOST:
+        raise ValueError("render_dask renders XGBoost tabular jobs only")
+    objective = {"regression": "reg:squarederror", "binary": "binary:logistic", "multiclass": "multi:softprob"}
+    params: dict[str, object] = {
         "tree_method": "hist",
-        "max_depth": job.get("max_depth") or 6,
-        "eta": job.get("learning_rate", 0.1),
-        "max_bin": job.get("max_bins", 256),
-        "objective": {"regression": "reg:squarederror", "binary": "binary:logistic"}.get(objective, "multi:softprob"),
+        "max_depth": job.max_depth or 6,
+        "eta": job.learning_rate,
+        "max_bin": job.max_bins,
+        "objective": objective[job.objective],
     }
-    if objective == "multiclass":
-        params["num_class"] = job.get("classes", 2)
+    if job.objective == "multiclass":
+        params["num_class"] = job.classes
     paths = RunPaths(Path(config.out_dir))
     driver = paths.root / "dask_driver.py"
     source = _DASK_DRIVER.format(
@@ -204,7 +208,7 @@ def render_dask(config: RunConfig, *, scheduler: str, chunk_rows: int = 100_000)
         params=params,
         scheduler=scheduler,
         chunk=chunk_rows,
-        rounds=job.get("trees", 100),
+        rounds=job.trees,
         model_path=str(paths.models / "dask.ubj"),
     )
     files = _base_files(config)
@@ -232,12 +236,12 @@ def render_skypilot(
     """
     if nodes < 1:
         raise ValueError(f"nodes must be >= 1, got {nodes}")
-    name = str(config.job.get("name", "job"))
+    name = str(config.job.get("name") or "job")
     out = RunPaths(Path(config.out_dir))
     if nodes == 1:
         argv = ["trainplan", "run", job_file, "--out", str(out.root)]
-        if config.job.get("kind") != "tabular":
-            argv += ["--strategy", config.strategy, "--devices", str(config.world_size)]
+        if config.kind is not JobKind.TABULAR:
+            argv += ["--strategy", config.strategy.value, "--devices", str(config.world_size)]
         run = shlex.join(argv) + "\n"
     else:
         head = shlex.join(

@@ -12,13 +12,24 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass, field, fields
+from enum import Enum, StrEnum
 from pathlib import Path
 from typing import Any
 
 from trainplan.errors import TrainplanError
+from trainplan.measure.probe import Accelerator
+from trainplan.spec import JobKind, Precision
+from trainplan.strategies import Engine, Strategy
 
 CONFIG_ENV = "TRAINPLAN_RUN_CONFIG"
 CONFIG_VERSION = 1
+
+
+class DistBackend(StrEnum):
+    """The ``torch.distributed`` backend of a run."""
+
+    NCCL = "nccl"  # CUDA
+    GLOO = "gloo"  # CPU (and anything else)
 
 
 @dataclass(frozen=True)
@@ -26,20 +37,22 @@ class RunConfig:
     """Everything a worker needs to know about its run.
 
     ``job`` is the job as JSON (a transformer's preset already resolved to an
-    inline architecture), re-validated by :meth:`load_job`.
+    inline architecture), re-validated by :meth:`load_job`.  ``strategy``,
+    ``accelerator`` and ``precision`` are enums (strings are accepted and
+    converted); in ``run.json`` they are their string values.
     """
 
     job: dict[str, Any]
     out_dir: str
-    strategy: str  # Strategy value; "single" for tabular jobs
+    strategy: Strategy  # SINGLE for tabular jobs
     world_size: int  # processes
-    accelerator: str  # "cuda" | "mps" | "cpu"
+    accelerator: Accelerator
     threads_per_process: int
     total_steps: int
     grad_accum: int = 1
     micro_batch: int = 1
     global_batch: int = 1
-    precision: str = "fp32"  # the precision actually used (fp32 on CPU)
+    precision: Precision = Precision.FP32  # the precision actually used (fp32 on CPU)
     checkpoint_every: int | None = None  # steps
     checkpoint_minutes: float | None = None
     keep_checkpoints: int = 2
@@ -50,10 +63,25 @@ class RunConfig:
     version: int = CONFIG_VERSION
     notes: tuple[str, ...] = field(default=())
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "strategy", Strategy(self.strategy))
+        object.__setattr__(self, "accelerator", Accelerator(self.accelerator))
+        object.__setattr__(self, "precision", Precision(self.precision))
+
     @property
-    def dist_backend(self) -> str:
-        """``nccl`` on CUDA, else ``gloo``."""
-        return "nccl" if self.accelerator == "cuda" else "gloo"
+    def kind(self) -> JobKind:
+        """The job's kind (transformer, torch, tabular)."""
+        return JobKind(self.job["kind"])
+
+    @property
+    def engine(self) -> Engine:
+        """The library that implements the strategy (plain torch, FSDP, DeepSpeed)."""
+        return self.strategy.engine
+
+    @property
+    def dist_backend(self) -> DistBackend:
+        """NCCL on CUDA, else gloo."""
+        return DistBackend.NCCL if self.accelerator is Accelerator.CUDA else DistBackend.GLOO
 
     def load_job(self) -> Any:
         """The job, validated again by the spec."""
@@ -62,7 +90,7 @@ class RunConfig:
         return parse_job(self.job, source=str(Path(self.out_dir) / "run.json"))
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = {k: (v.value if isinstance(v, Enum) else v) for k, v in asdict(self).items()}
         data["notes"] = list(self.notes)
         return data
 
@@ -80,7 +108,10 @@ class RunConfig:
             )
         kwargs = dict(data)
         kwargs["notes"] = tuple(kwargs.get("notes", ()))
-        return cls(**kwargs)
+        try:
+            return cls(**kwargs)
+        except (TypeError, ValueError) as exc:
+            raise TrainplanError(f"run.json is not a run configuration ({exc}); start a new run with --overwrite") from None
 
     @classmethod
     def read(cls, path: str | Path) -> "RunConfig":

@@ -26,9 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from trainplan.files import write_text_atomic
+from trainplan.measure.probe import Accelerator
 from trainplan.run.config import CONFIG_ENV, RunConfig
-from trainplan.run.files import write_text_atomic
 from trainplan.run.rundir import RunPaths
+from trainplan.spec import JobKind, Precision
 from trainplan.strategies import Strategy
 
 #: Seconds torchrun waits for workers to checkpoint after SIGTERM before it kills them.
@@ -59,8 +61,8 @@ def deepspeed_config(
     micro_batch: int,
     grad_accum: int,
     world_size: int,
-    precision: str,
-    accelerator: str,
+    precision: Precision | str,
+    accelerator: Accelerator | str,
 ) -> dict[str, Any]:
     """The DeepSpeed JSON for a ZeRO strategy.
 
@@ -68,8 +70,9 @@ def deepspeed_config(
     (``zero_force_ds_cpu_optimizer: false``): DeepSpeed's CPU Adam would be
     compiled with ninja on first use (about a minute).
     """
+    precision, accelerator = Precision(precision), Accelerator(accelerator)
     zero: dict[str, Any] = {"stage": int(strategy.zero_stage)}
-    pin = accelerator == "cuda"
+    pin = accelerator is Accelerator.CUDA
     if strategy.offloads_optimizer:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": pin}
     if strategy.offloads_parameters:
@@ -84,9 +87,9 @@ def deepspeed_config(
         "steps_per_print": 2**31 - 1,
         "wall_clock_breakdown": False,
     }
-    if precision in ("bf16", "bf16-pure"):
+    if precision in (Precision.BF16, Precision.BF16_PURE):
         cfg["bf16"] = {"enabled": True}
-    elif precision == "fp16":
+    elif precision is Precision.FP16:
         cfg["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
     return cfg
 
@@ -129,7 +132,7 @@ def torchrun_args(
 
 def uses_torchrun(config: RunConfig) -> bool:
     """Whether the run needs the distributed launcher (anything but one plain process)."""
-    return config.world_size > 1 or config.strategy != Strategy.SINGLE.value
+    return config.world_size > 1 or config.strategy is not Strategy.SINGLE
 
 
 def render(
@@ -152,7 +155,7 @@ def render(
         "TRAINPLAN_RUN_DIR": str(paths.root),
         "PYTHONUNBUFFERED": "1",
     }
-    threads = config.threads_per_fit if config.job.get("kind") == "tabular" else config.threads_per_process
+    threads = config.threads_per_fit if config.kind is JobKind.TABULAR else config.threads_per_process
     env["OMP_NUM_THREADS"] = str(threads)  # torchrun would otherwise force 1 per process
     files = {paths.run_config: config.dumps()}
     if config.deepspeed is not None:

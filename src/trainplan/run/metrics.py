@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from trainplan.run.files import write_text_atomic
+from trainplan.files import write_text_atomic
 
 
 class MetricsWriter:

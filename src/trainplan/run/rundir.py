@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from trainplan.errors import TrainplanError
+from trainplan.run.results import RunStatus
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,7 @@ def prepare_run_dir(out: Path, *, job: dict[str, Any], resume: bool, overwrite: 
                 field="--resume",
             )
         summary = _read_json(paths.summary)
-        if summary is not None and summary.get("status") == "completed":
+        if summary is not None and summary.get("status") == RunStatus.COMPLETED:
             raise TrainplanError(
                 f"the run in {root} already completed; use --overwrite to run it again",
                 field="--resume",

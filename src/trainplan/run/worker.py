@@ -2,10 +2,11 @@
 
 ``python -m trainplan.run.worker [RUN_JSON]`` (the path defaults to
 ``$TRAINPLAN_RUN_CONFIG``) trains the job in ``run.json``: neural jobs through
-:mod:`trainplan.runtime` — the same code path a user's script takes — and
-tabular jobs with :func:`~trainplan.run.workloads.tabular.train_tabular`.
-Rank 0 writes ``result.json``; the exit code is 0 for a completed or
-preempted run.
+:mod:`trainplan.run.runtime` — the same code path a user's script takes through
+:mod:`trainplan.runtime` — and tabular jobs with
+:func:`~trainplan.run.workloads.tabular.fit_folds`.  Rank 0 writes
+``result.json`` (a :class:`~trainplan.run.results.WorkerResult`); the exit code
+is 0 for a completed or preempted run.
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ import threading
 from typing import Any
 
 from trainplan.run.config import RunConfig
-from trainplan.spec import JobKind
-
-GIB = 1024**3
+from trainplan.run.results import GIB, RunStatus, WorkerResult, WorkloadFacts
+from trainplan.spec import JobKind, Precision
+from trainplan.strategies import Strategy
 
 
 def run_neural(config: RunConfig, job: Any) -> dict[str, Any] | None:
-    """Train a transformer or torch job under the configured strategy."""
-    from trainplan import runtime
+    """Train a transformer or torch job under the configured strategy; rank 0 returns the result."""
+    from trainplan.run import runtime
     from trainplan.run.workloads.common import optimizer_factory, to_device
 
     ctx = runtime.init(config)
@@ -41,7 +42,7 @@ def run_neural(config: RunConfig, job: Any) -> dict[str, Any] | None:
     model, _ = ctx.wrap(wl.model, optimizer_factory(job.optimizer, job.learning_rate))
     start = ctx.resume()
     tokens = config.global_batch * wl.tokens_per_sample if wl.tokens_per_sample else None
-    status = "completed"
+    status = RunStatus.COMPLETED
     for step in range(start, config.total_steps):
         loss_sum = 0.0
         for micro in range(ctx.grad_accum):
@@ -53,25 +54,28 @@ def run_neural(config: RunConfig, job: Any) -> dict[str, Any] | None:
             loss_sum = loss_sum + loss.detach().float()
         mean_loss = float(loss_sum) / ctx.grad_accum
         if ctx.end_of_step(step + 1, loss=mean_loss, tokens=tokens, samples=config.global_batch):
-            status = "preempted"
+            status = RunStatus.PREEMPTED
             break
-    workload = {
-        "params": params,
-        "trainable_params": trainable,
-        "samples_per_step": config.global_batch,
-        "tokens_per_step": tokens,
-        "flops_per_token": wl.flops_per_token,
-    }
+    workload = WorkloadFacts(
+        params=params,
+        trainable_params=trainable,
+        samples_per_step=config.global_batch,
+        tokens_per_step=tokens,
+        flops_per_token=wl.flops_per_token,
+    )
     return ctx.finish(status=status, workload=workload)
 
 
-def run_tabular(config: RunConfig, job: Any) -> dict[str, Any]:
+def run_tabular(config: RunConfig, job: Any) -> WorkerResult:
     """Train a tabular job (its folds in parallel threads) and write ``result.json``."""
+    from dataclasses import replace
+
+    from trainplan.files import write_json_atomic
     from trainplan.measure.memory import PeakMemory
-    from trainplan.run.files import write_json_atomic
+    from trainplan.measure.probe import Accelerator
     from trainplan.run.metrics import MetricsWriter
     from trainplan.run.rundir import RunPaths
-    from trainplan.run.workloads.tabular import train_tabular
+    from trainplan.run.workloads.tabular import fit_folds
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
@@ -81,7 +85,7 @@ def run_tabular(config: RunConfig, job: Any) -> dict[str, Any]:
     metrics = MetricsWriter(paths.metrics)
     metrics.event("start", parallel_fits=config.parallel_fits, threads_per_fit=config.threads_per_fit)
     try:
-        result = train_tabular(
+        result = fit_folds(
             job,
             out_dir=paths.root,
             parallel_fits=config.parallel_fits,
@@ -89,20 +93,21 @@ def run_tabular(config: RunConfig, job: Any) -> dict[str, Any]:
             write_metrics=metrics.write,
             stop=stop,
         )
-        if result["status"] == "preempted":
-            metrics.event("preempted", step=result["steps"])
+        if result.status is RunStatus.PREEMPTED:
+            metrics.event("preempted", step=result.steps)
     finally:
         metrics.close()
-    result["measured"]["peak_gib"] = peak.peak_bytes() / GIB
-    result.update(
+    result = replace(
+        result,
+        measured=replace(result.measured, peak_gib=peak.peak_bytes() / GIB),
         world_size=1,
-        strategy="single",
-        device="cpu",
-        precision="fp32",
+        strategy=Strategy.SINGLE,
+        device=Accelerator.CPU,
+        precision=Precision.FP32,
         restarts=0,
         peak_method=peak.method,
     )
-    write_json_atomic(paths.result, result)
+    write_json_atomic(paths.result, result.to_dict())
     return result
 
 

@@ -11,7 +11,9 @@ oversubscribed.  The libraries release the GIL while they fit.  With
 ``cv_folds: 1`` one fit trains on every row and the reported loss is the
 training loss.  Loss is log-loss (classification) or mean squared error.
 
-A *step* is one boosting round (one tree, one solver iteration) of one fit:
+A *step* is one round of one fit — a tree, or one solver iteration for
+``sklearn-linear`` (:func:`trainplan.estimate.tabular.rounds_per_fit`, the
+definition the estimate uses too):
 progress counts rounds over all fits, ``step_time_s`` is the mean wall time of
 a round inside a fit, ``rows_per_s`` counts training rows over all fits per
 second of wall time.
@@ -33,7 +35,9 @@ from typing import Any, Callable
 import numpy as np
 
 from trainplan.errors import SpecError
-from trainplan.run.files import write_json_atomic
+from trainplan.estimate.tabular import rounds_per_fit
+from trainplan.files import write_json_atomic
+from trainplan.run.results import FitResult, Measured, RunStatus, WorkerResult, WorkloadFacts
 from trainplan.spec import TabularJob, TabularLibrary
 
 SKLEARN_SETS = ("breast_cancer", "iris", "wine", "digits", "diabetes")
@@ -228,17 +232,6 @@ class Stopped(Exception):
     """A fit was interrupted by SIGTERM."""
 
 
-@dataclass(frozen=True)
-class FitResult:
-    """One finished fold."""
-
-    fold: int
-    loss: float
-    fit_s: float
-    rows: int
-    rounds: int
-
-
 def _loss(job: TabularJob, y: np.ndarray, pred: np.ndarray, classes: int | None) -> float:
     from sklearn.metrics import log_loss, mean_squared_error
 
@@ -247,10 +240,6 @@ def _loss(job: TabularJob, y: np.ndarray, pred: np.ndarray, classes: int | None)
     assert classes is not None
     proba = pred if pred.ndim == 2 else np.column_stack([1 - pred, pred])
     return float(log_loss(y, proba, labels=list(range(classes))))
-
-
-def _rounds(job: TabularJob) -> int:
-    return job.iterations if job.library is TabularLibrary.SKLEARN_LINEAR else job.trees
 
 
 def _fit_one(
@@ -324,7 +313,7 @@ def _fit_one(
         raise Stopped
     with threadpool_limits(limits=threads):
         model.fit(X_tr, y_tr)
-    rounds = _rounds(job)
+    rounds = rounds_per_fit(job)
     for _ in range(rounds):
         on_round()
     predict = model.predict if regression else model.predict_proba
@@ -392,7 +381,12 @@ class _Progress:
         self._write(record)
 
 
-def train_tabular(
+def train_tabular(job: TabularJob, **options: Any) -> dict[str, Any]:
+    """:func:`fit_folds` (same keyword arguments), with the result as its JSON object (the form of ``result.json``)."""
+    return fit_folds(job, **options).to_dict()
+
+
+def fit_folds(
     job: TabularJob,
     *,
     out_dir: Path,
@@ -400,8 +394,12 @@ def train_tabular(
     threads_per_fit: int,
     write_metrics: Callable[[dict[str, Any]], None],
     stop: threading.Event,
-) -> dict[str, Any]:
-    """Train every fold (the missing ones, on resume); returns the run's result record."""
+) -> WorkerResult:
+    """Train every fold (the missing ones, on resume); returns the run's result.
+
+    The result has no peak memory and the defaults of a one-process CPU run;
+    the worker fills in what it measured around the call.
+    """
     from joblib import Parallel, delayed
 
     X, y = load_table(job)
@@ -415,7 +413,7 @@ def train_tabular(
     before_s = json.loads(state_file.read_text())["train_s"] if state_file.exists() else 0.0
     finished = {r.fold: r for r in (_read_fold(p) for p in sorted(fold_dir.glob("fold*.json")))}
     todo = [k for k in range(len(folds)) if k not in finished]
-    rounds = _rounds(job)
+    rounds = rounds_per_fit(job)
     avg_rows = float(np.mean([len(tr) for tr, _ in folds]))
     t0 = time.perf_counter()
     progress = _Progress(write_metrics, rounds * len(folds), rounds * len(finished), avg_rows, t0, before_s)
@@ -437,7 +435,7 @@ def train_tabular(
         loss = _loss(job, y[rows_eval], predict(X[rows_eval]), classes)
         result = FitResult(fold=k, loss=loss, fit_s=fit_s, rows=len(tr), rounds=done)
         with state_lock:  # the fold, then the clock: a resumed run counts this time
-            write_json_atomic(fold_dir / f"fold{k}.json", result.__dict__)
+            write_json_atomic(fold_dir / f"fold{k}.json", result.to_dict())
             write_json_atomic(state_file, {"train_s": before_s + time.perf_counter() - t0})
         progress.fit_done(loss)
         return result
@@ -451,31 +449,32 @@ def train_tabular(
             finished[r.fold] = r
     done = [finished[k] for k in sorted(finished)]
     complete = len(done) == len(folds)
-    measured: dict[str, Any] = {
-        "train_s": train_s,
-        "step_time_s": float(np.mean([r.fit_s / max(1, r.rounds) for r in done])) if done else None,
-        "rows_per_s": sum(r.rows for r in done) / train_s if done and train_s > 0 else None,
-        "final_loss": float(np.mean([r.loss for r in done])) if complete else None,
-    }
-    return {
-        "status": "completed" if complete else "preempted",
-        "steps": sum(r.rounds for r in done),
-        "folds": [r.__dict__ for r in done],
-        "measured": measured,
-        "workload": {
-            "rows": int(X.shape[0]),
-            "features": int(X.shape[1]),
-            "classes": classes,
-            "fits": len(folds),
-            "rows_per_fit": avg_rows,
-            "rounds_per_fit": rounds,
-            "depth": job.depth,
-            "parallel_fits": parallel_fits,
-            "threads_per_fit": threads_per_fit,
-        },
-    }
+    measured = Measured(
+        train_s=train_s,
+        step_time_s=float(np.mean([r.fit_s / max(1, r.rounds) for r in done])) if done else None,
+        rows_per_s=sum(r.rows for r in done) / train_s if done and train_s > 0 else None,
+        final_loss=float(np.mean([r.loss for r in done])) if complete else None,
+    )
+    workload = WorkloadFacts(
+        rows=int(X.shape[0]),
+        features=int(X.shape[1]),
+        classes=classes,
+        fits=len(folds),
+        rows_per_fit=avg_rows,
+        rounds_per_fit=rounds,
+        depth=job.depth,
+        parallel_fits=parallel_fits,
+        threads_per_fit=threads_per_fit,
+    )
+    return WorkerResult(
+        status=RunStatus.COMPLETED if complete else RunStatus.PREEMPTED,
+        steps=sum(r.rounds for r in done),
+        measured=measured,
+        workload=workload,
+        folds=tuple(done),
+    )
 
 
 def _read_fold(path: Path) -> FitResult:
-    return FitResult(**json.loads(path.read_text(encoding="utf-8")))
+    return FitResult.from_dict(json.loads(path.read_text(encoding="utf-8")))
 

@@ -2,7 +2,9 @@
 
 The parent process draws it (on stderr, so ``--json`` keeps stdout for the
 result): step / total, loss, tokens/s or rows/s, elapsed and ETA.  It reads
-only what rank 0 appended since the last refresh.
+only what rank 0 appended since the last refresh.  ``trainplan run`` passes
+:class:`ProgressView` to :func:`trainplan.run.execute` as its ``progress``
+factory (a :data:`trainplan.run.api.ProgressFactory`); the library itself draws nothing.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ def _rate(value: float | None, unit: str) -> str:
 class ProgressView:
     """Progress of one run; call :meth:`refresh` periodically, then :meth:`close`."""
 
-    def __init__(self, metrics_path: Path, total_steps: int, *, description: str, console: Console | None = None) -> None:
+    def __init__(self, metrics_path: Path, total_steps: int, description: str, *, console: Console | None = None) -> None:
         self._tail = MetricsTail(metrics_path)
         self._console = console or Console(stderr=True)
         self._progress = Progress(

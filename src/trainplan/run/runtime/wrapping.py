@@ -1,0 +1,171 @@
+"""Apply a strategy to a model and its optimizer: one function per engine.
+
+* plain torch (``single``, ``ddp``): the model on the device, wrapped in
+  ``DistributedDataParallel`` for DDP; a ``GradScaler`` for fp16 on CUDA;
+* FSDP2 (``fsdp``, ``fsdp-grad-op``): ``fully_shard`` on every ``ModuleList``
+  item and then the root, over a one-dimensional device mesh; the optimizer
+  is rebuilt over the sharded parameters;
+* DeepSpeed (``zero*``): ``deepspeed.initialize`` with the run's generated
+  ZeRO config; its engine then owns backward and step.
+
+A new engine gets a ``_wrap_<engine>`` function here and a branch in :func:`wrap`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import torch
+
+from trainplan.spec import Precision
+from trainplan.strategies import Engine, Strategy
+
+OptimizerArg = torch.optim.Optimizer | Callable[[Any], torch.optim.Optimizer]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """How and where this process trains: the strategy, its device, the precision, the process count,
+    and the generated DeepSpeed config (DeepSpeed strategies)."""
+
+    strategy: Strategy
+    device: torch.device
+    precision: Precision
+    world_size: int
+    deepspeed_config: Mapping[str, Any] | None = None
+
+
+@dataclass
+class Wrapped:
+    """What :func:`wrap` built: the model and optimizer to train with, and the engine's extras."""
+
+    model: Any
+    optimizer: Any
+    strategy: Strategy
+    engine: Any = None  # the DeepSpeed engine (DeepSpeed strategies)
+    scaler: Any = None  # torch.amp.GradScaler (fp16 on CUDA, plain torch)
+
+    @property
+    def module(self) -> torch.nn.Module:
+        """The user's module inside whatever wraps it."""
+        if self.engine is not None:
+            return self.engine.module
+        if self.strategy is Strategy.DDP:
+            return self.model.module
+        return self.model
+
+    def set_grad_sync(self, sync: bool) -> None:
+        """Whether the next backward synchronises gradients (off inside an accumulation window)."""
+        if self.strategy is Strategy.DDP:
+            self.model.require_backward_grad_sync = sync
+        elif self.strategy.engine is Engine.FSDP:
+            self.model.set_requires_gradient_sync(sync)
+
+    def describe(self) -> dict[str, Any]:
+        """What was really built (recorded per rank, checked by the tests)."""
+        info: dict[str, Any] = {"wrapped_as": type(self.model).__name__}
+        if self.engine is not None:
+            info["zero_stage"] = int(self.engine.zero_optimization_stage())
+            info["offload_optimizer"] = bool(self.engine.zero_cpu_offload())
+            info["offload_param"] = self.engine.zero_offload_param() is not None
+        else:
+            first = next(self.model.parameters(), None)
+            info["sharded_params"] = bool(first is not None and hasattr(first, "full_tensor"))
+        return info
+
+
+def _is_factory(optimizer: Any) -> bool:
+    return callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer)
+
+
+def wrap(model: torch.nn.Module, optimizer: OptimizerArg, placement: Placement) -> Wrapped:
+    """Apply ``placement.strategy`` to ``model`` and ``optimizer`` (an optimizer over its parameters, or a factory)."""
+    engine = placement.strategy.engine
+    if engine is Engine.TORCH:
+        return _wrap_torch(model, optimizer, placement)
+    if engine is Engine.FSDP:
+        return _wrap_fsdp(model, optimizer, placement)
+    return _wrap_deepspeed(model, optimizer, placement)
+
+
+def _wrap_torch(model: torch.nn.Module, optimizer: OptimizerArg, placement: Placement) -> Wrapped:
+    strategy, device, precision = placement.strategy, placement.device, placement.precision
+    model = model.to(device)
+    if precision is Precision.BF16_PURE:
+        model = model.to(torch.bfloat16)
+    opt = optimizer(model.parameters()) if _is_factory(optimizer) else optimizer
+    if strategy is Strategy.DDP:
+        from torch.nn.parallel import DistributedDataParallel
+
+        ids = [device.index] if device.type == "cuda" else None
+        model = DistributedDataParallel(model, device_ids=ids)
+    scaler = torch.amp.GradScaler("cuda") if precision is Precision.FP16 and device.type == "cuda" else None
+    return Wrapped(model, opt, strategy, scaler=scaler)
+
+
+def _wrap_fsdp(model: torch.nn.Module, optimizer: OptimizerArg, placement: Placement) -> Wrapped:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    strategy, device, precision = placement.strategy, placement.device, placement.precision
+    names = param_names(model)
+    model = model.to(device)
+    if precision is Precision.BF16_PURE:
+        model = model.to(torch.bfloat16)
+    mesh = init_device_mesh(device.type, (placement.world_size,))
+    reshard = strategy is Strategy.FSDP  # fsdp-grad-op keeps parameters gathered (ZeRO-2-like)
+    mp = MixedPrecisionPolicy()
+    if device.type == "cuda" and precision in (Precision.BF16, Precision.FP16):
+        half = torch.bfloat16 if precision is Precision.BF16 else torch.float16
+        mp = MixedPrecisionPolicy(param_dtype=half, reduce_dtype=torch.float32)
+    for block in shard_blocks(model):
+        fully_shard(block, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp)
+    fully_shard(model, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp)
+    return Wrapped(model, rebuild_optimizer(optimizer, names, model), strategy)
+
+
+def _wrap_deepspeed(model: torch.nn.Module, optimizer: OptimizerArg, placement: Placement) -> Wrapped:
+    import deepspeed
+
+    if placement.deepspeed_config is None:
+        raise RuntimeError(f"strategy {placement.strategy.value} needs a DeepSpeed config; launch with trainplan run")
+    if _is_factory(optimizer):
+        optimizer = optimizer(model.parameters())  # type: ignore[operator]
+    engine, opt, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=dict(placement.deepspeed_config))
+    return Wrapped(engine, opt, placement.strategy, engine=engine)
+
+
+def param_names(model: torch.nn.Module) -> dict[int, str]:
+    """Parameter name by ``id`` of the parameter (to find each one again after sharding)."""
+    return {id(p): name for name, p in model.named_parameters()}
+
+
+def shard_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The repeated blocks to shard one by one: the items of every ``ModuleList``, innermost first
+    (``fully_shard`` goes bottom-up)."""
+    blocks: list[torch.nn.Module] = []
+    for module in model.modules():
+        if isinstance(module, torch.nn.ModuleList):
+            blocks.extend(module)
+    return blocks[::-1]
+
+
+def rebuild_optimizer(optimizer: OptimizerArg, names: dict[int, str], model: torch.nn.Module) -> torch.optim.Optimizer:
+    """An optimizer like ``optimizer`` (same class, groups, hyper-parameters) over ``model``'s new parameters."""
+    if _is_factory(optimizer):
+        return optimizer(model.parameters())  # type: ignore[operator]
+    assert isinstance(optimizer, torch.optim.Optimizer)
+    if any(optimizer.state.values()):
+        raise RuntimeError("wrap the model before the first optimizer step (the optimizer already has state)")
+    new = dict(model.named_parameters())
+    groups = []
+    for group in optimizer.param_groups:
+        params = [new[names[id(p)]] for p in group["params"]]
+        groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": params})
+    accepted = inspect.signature(type(optimizer)).parameters
+    kwargs = {k: v for k, v in optimizer.defaults.items() if k in accepted}
+    rebuilt = type(optimizer)(groups, **kwargs)
+    rebuilt.defaults.update(optimizer.defaults)
+    return rebuilt
