@@ -56,7 +56,9 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from trainplan.estimate.trace import build_hf_causal_lm, trace_training_step  # noqa: E402
-from trainplan.estimate.trace_setup import make_inputs, make_optimizer, prepare_model  # noqa: E402
+from trainplan.estimate.trace.inputs import make_inputs  # noqa: E402
+from trainplan.estimate.trace.optimizers import make_optimizer  # noqa: E402
+from trainplan.estimate.trace.prepare import prepare_model  # noqa: E402
 from trainplan.spec import Checkpointing, InputSpec, LoraSpec, Optimizer, Precision  # noqa: E402
 
 # Dense bf16 tensor-core peak in TFLOP/s, from NVIDIA's datasheets (without sparsity):

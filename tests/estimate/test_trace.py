@@ -38,14 +38,12 @@ from trainplan.estimate.trace import (  # noqa: E402
     load_factory,
     trace_training_step,
 )
-from trainplan.estimate.trace_setup import (  # noqa: E402
-    autocast_context,
-    forward_and_loss,
-    make_inputs,
-    make_optimizer,
-    peft_available,
-    prepare_model,
-)
+from trainplan.estimate.trace.inputs import make_inputs  # noqa: E402
+from trainplan.estimate.trace.lora import peft_available  # noqa: E402
+from trainplan.estimate.trace.loss import forward_and_loss  # noqa: E402
+from trainplan.estimate.trace.optimizers import make_optimizer  # noqa: E402
+from trainplan.estimate.trace.precision import autocast_context  # noqa: E402
+from trainplan.estimate.trace.prepare import prepare_model  # noqa: E402
 from trainplan.spec import Checkpointing, InputSpec, LoraSpec, Optimizer, Precision  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]

@@ -6,6 +6,9 @@ not seen before it records an *allocation* event (its size in bytes) and
 attaches a weak-reference callback that records the matching *free* event when
 the storage dies.  Storages that exist before the step (parameters, optimizer
 state, the batch) are registered explicitly with :meth:`StorageTimeline.track`.
+What a kernel allocates inside itself and frees before it returns is invisible
+to a dispatch mode; a :data:`WorkspaceModel` (see
+:mod:`trainplan.estimate.trace.workspace`) adds it per operator.
 
 Categories are assigned *after* the step, from what each storage turned out to
 be (a parameter, a parameter's ``.grad``, a tensor in ``optimizer.state``, or
@@ -46,7 +49,6 @@ __all__ = [
     "ReplayResult",
     "StorageTimeline",
     "WorkspaceModel",
-    "cpu_convolution_workspace",
     "replay",
 ]
 
@@ -93,73 +95,6 @@ class _Storage:
 # A model of the memory a kernel allocates internally and frees before it
 # returns (invisible to a dispatch mode): (op, args, kwargs, outputs) -> bytes.
 WorkspaceModel = Callable[[Any, tuple[Any, ...], dict[str, Any], Any], int]
-
-
-def _nbytes(t: Any) -> int:
-    return int(t.numel() * t.element_size()) if isinstance(t, torch.Tensor) else 0
-
-
-def _plain_layout(t: Any) -> bool:
-    """True unless ``t`` is channels-last (oneDNN then needs no layout reorders)."""
-    if not isinstance(t, torch.Tensor):
-        return True
-    if t.is_contiguous():
-        return True
-    if t.dim() == 4:
-        return not t.is_contiguous(memory_format=torch.channels_last)
-    if t.dim() == 5:
-        return not t.is_contiguous(memory_format=torch.channels_last_3d)
-    return True
-
-
-# oneDNN's blocked layouts hold channels in blocks of 16 (``nChw16c``), and
-# convolutions with at most 4 input channels (an image's first layer) read the
-# plain input without a reorder.
-_ONEDNN_CHANNEL_BLOCK = 16
-_ONEDNN_PLAIN_INPUT_MAX_CHANNELS = 4
-
-
-def _blocked_nbytes(t: Any) -> int:
-    """Bytes of ``t`` reordered to oneDNN's blocked layout (channels padded to 16)."""
-    if not isinstance(t, torch.Tensor) or t.dim() < 3:
-        return _nbytes(t)
-    c = int(t.shape[1])
-    padded = -(-c // _ONEDNN_CHANNEL_BLOCK) * _ONEDNN_CHANNEL_BLOCK
-    return _nbytes(t) // max(c, 1) * padded
-
-
-def cpu_convolution_workspace(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> int:
-    """Bytes a oneDNN convolution on CPU holds beyond its outputs (NCHW tensors).
-
-    oneDNN computes in a blocked layout, so PyTorch's ``mkldnn_convolution``
-    reorders the plain input into a blocked copy, computes a blocked output and
-    reorders it back to the plain output; the backward pass reorders
-    ``grad_output`` and the input the same way and computes ``grad_input``
-    blocked.  Measured with the profiler on torch 2.13 (see docs/trace.md):
-
-    * forward: ``max(input_blocked + output_blocked - output, output_blocked)``,
-      with no input copy for inputs of at most 4 channels;
-    * backward: ``max(input_blocked, grad_output_blocked)``, plus
-      ``input_blocked`` when ``grad_input`` is computed.
-
-    Channels-last tensors need no reorders: 0.
-    """
-    packet = getattr(func, "overloadpacket", None)
-    if packet is torch.ops.aten.convolution:
-        x = args[0]
-        if not _plain_layout(x):
-            return 0
-        x_b = 0 if x.dim() >= 3 and x.shape[1] <= _ONEDNN_PLAIN_INPUT_MAX_CHANNELS else _blocked_nbytes(x)
-        out_b = _blocked_nbytes(out)
-        return max(x_b + out_b - _nbytes(out), out_b)
-    if packet is torch.ops.aten.convolution_backward:
-        grad_out, x = args[0], args[1]
-        if not _plain_layout(x):
-            return 0
-        mask = args[10] if len(args) > 10 else kwargs.get("output_mask", (True, True, True))
-        x_b = _blocked_nbytes(x)
-        return max(x_b, _blocked_nbytes(grad_out)) + (x_b if mask[0] else 0)
-    return 0
 
 
 class StorageTimeline(TorchDispatchMode):

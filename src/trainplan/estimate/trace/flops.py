@@ -1,0 +1,91 @@
+"""FLOPs of the traced step, with the formulas of ``torch.utils.flop_counter``.
+
+:class:`FlopTally` sums the FLOPs of every operator with ``FlopCounterMode``'s
+formula table plus :data:`EXTRA_FLOP_FORMULAS`; the tracer reads its total at
+phase boundaries (forward, backward) and while recomputing (see
+:class:`~trainplan.estimate.trace.checkpointing.RecomputeProbe`).  A formula
+for an operator PyTorch does not count goes into :data:`EXTRA_FLOP_FORMULAS`
+(or into PyTorch's own table with ``torch.utils.flop_counter.register_flop_formula``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import (
+    FlopCounterMode,
+    sdpa_backward_flop_count,
+    sdpa_flop_count,
+)
+
+__all__ = ["EXTRA_FLOP_FORMULAS", "FlopTally"]
+
+_aten = torch.ops.aten
+
+
+# FlopCounterMode has formulas for CUDA's fused attention ops but not for the
+# CPU flash-attention op the fake CPU device dispatches to; use PyTorch's own
+# SDPA formulas for it (they count full, non-causal attention, as on CUDA).
+def _cpu_flash_forward_flop(
+    query_shape: Any, key_shape: Any, value_shape: Any, *args: Any, out_shape: Any = None, **kwargs: Any
+) -> int:
+    return int(sdpa_flop_count(query_shape, key_shape, value_shape))
+
+
+def _cpu_flash_backward_flop(
+    grad_out_shape: Any,
+    query_shape: Any,
+    key_shape: Any,
+    value_shape: Any,
+    *args: Any,
+    out_shape: Any = None,
+    **kwargs: Any,
+) -> int:
+    return int(sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape))
+
+
+def _extra_flop_formulas() -> dict[Any, Callable[..., int]]:
+    """Formulas for the operators (of this PyTorch build) that ``FlopCounterMode``'s table lacks."""
+    formulas: dict[Any, Callable[..., int]] = {}
+    if hasattr(_aten, "_scaled_dot_product_flash_attention_for_cpu"):
+        formulas[_aten._scaled_dot_product_flash_attention_for_cpu] = _cpu_flash_forward_flop
+    if hasattr(_aten, "_scaled_dot_product_flash_attention_for_cpu_backward"):
+        formulas[_aten._scaled_dot_product_flash_attention_for_cpu_backward] = _cpu_flash_backward_flop
+    return formulas
+
+
+# Operator overload packet -> FLOP formula (shapes in, FLOPs out); built once, read-only.
+EXTRA_FLOP_FORMULAS: Mapping[Any, Callable[..., int]] = MappingProxyType(_extra_flop_formulas())
+
+
+class FlopTally(TorchDispatchMode):
+    """Sum the FLOPs of every operator with ``FlopCounterMode``'s own formulas.
+
+    ``FlopCounterMode`` itself is not entered: its module tracker registers
+    gradient hooks on module outputs that keep the tensors recomputed by
+    activation checkpointing alive until the mode exits, which would inflate
+    the memory this trace measures.  Its formula registry (``flop_registry``,
+    PyTorch's ``register_flop_formula`` table plus :data:`EXTRA_FLOP_FORMULAS`)
+    is used as is; it is read when the tally is made, so formulas registered
+    with PyTorch later count in later traces.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.registry = FlopCounterMode(display=False, custom_mapping=dict(EXTRA_FLOP_FORMULAS)).flop_registry
+        self.total = 0
+
+    def get_total_flops(self) -> int:
+        return self.total
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        formula = self.registry.get(func._overloadpacket)
+        if formula is not None:
+            self.total += int(formula(*args, **kwargs, out_val=out))
+        return out

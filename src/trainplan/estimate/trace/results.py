@@ -1,0 +1,44 @@
+"""What a trace returns: :class:`TraceResult` and its :class:`MemoryBreakdown`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["MemoryBreakdown", "TraceResult"]
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Bytes of device memory by what they hold."""
+
+    parameters: int  # parameters and buffers
+    gradients: int
+    optimizer: int  # optimizer state
+    activations: int  # saved for backward, outputs, the batch, recomputed tensors
+    temporaries: int  # born in backward or the optimizer step and not kept
+
+    @property
+    def total(self) -> int:
+        return self.parameters + self.gradients + self.optimizer + self.activations + self.temporaries
+
+
+@dataclass(frozen=True)
+class TraceResult:
+    """What one traced training step needs, for the whole micro-batch on one device."""
+
+    params: int  # all parameters (frozen included), each shared parameter once
+    trainable_params: int
+    flops_forward: float
+    flops_backward: float  # backward kernels, without recomputation
+    flops_recompute: float  # forward ops recomputed by activation checkpointing
+    peak_bytes: int
+    at_peak: MemoryBreakdown
+    peak_phase: str  # "forward" | "backward" | "optimizer"
+    state_bytes: MemoryBreakdown  # params / grads / optimizer state held after the step; activations 0
+    activation_peak_bytes: int  # highest activations + temporaries during forward and backward
+    notes: tuple[str, ...] = ()  # approximations applied, in words
+    optimizer_temporary_bytes: int = 0  # highest temporaries during optimizer.step() (foreach buffers)
+
+    @property
+    def flops_per_step(self) -> float:
+        return self.flops_forward + self.flops_backward + self.flops_recompute

@@ -1,0 +1,84 @@
+"""Memory a kernel holds inside itself: workspace models for :class:`~trainplan.estimate.trace.memory.StorageTimeline`.
+
+A dispatch mode sees only what an operator returns.  Where a kernel allocates
+and frees a large buffer before it returns, a workspace model (a
+:data:`~trainplan.estimate.trace.memory.WorkspaceModel`) gives its size from
+the operator's arguments and outputs, and the timeline books it as a
+temporary that lives for that operator.  Each model here was measured with the
+profiler; see ``docs/trace.md``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+__all__ = ["cpu_convolution_workspace"]
+
+
+def _nbytes(t: Any) -> int:
+    return int(t.numel() * t.element_size()) if isinstance(t, torch.Tensor) else 0
+
+
+def _plain_layout(t: Any) -> bool:
+    """True unless ``t`` is channels-last (oneDNN then needs no layout reorders)."""
+    if not isinstance(t, torch.Tensor):
+        return True
+    if t.is_contiguous():
+        return True
+    if t.dim() == 4:
+        return not t.is_contiguous(memory_format=torch.channels_last)
+    if t.dim() == 5:
+        return not t.is_contiguous(memory_format=torch.channels_last_3d)
+    return True
+
+
+# oneDNN's blocked layouts hold channels in blocks of 16 (``nChw16c``), and
+# convolutions with at most 4 input channels (an image's first layer) read the
+# plain input without a reorder.
+_ONEDNN_CHANNEL_BLOCK = 16
+_ONEDNN_PLAIN_INPUT_MAX_CHANNELS = 4
+
+
+def _blocked_nbytes(t: Any) -> int:
+    """Bytes of ``t`` reordered to oneDNN's blocked layout (channels padded to 16)."""
+    if not isinstance(t, torch.Tensor) or t.dim() < 3:
+        return _nbytes(t)
+    c = int(t.shape[1])
+    padded = -(-c // _ONEDNN_CHANNEL_BLOCK) * _ONEDNN_CHANNEL_BLOCK
+    return _nbytes(t) // max(c, 1) * padded
+
+
+def cpu_convolution_workspace(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> int:
+    """Bytes a oneDNN convolution on CPU holds beyond its outputs (NCHW tensors).
+
+    oneDNN computes in a blocked layout, so PyTorch's ``mkldnn_convolution``
+    reorders the plain input into a blocked copy, computes a blocked output and
+    reorders it back to the plain output; the backward pass reorders
+    ``grad_output`` and the input the same way and computes ``grad_input``
+    blocked.  Measured with the profiler on torch 2.13 (see docs/trace.md):
+
+    * forward: ``max(input_blocked + output_blocked - output, output_blocked)``,
+      with no input copy for inputs of at most 4 channels;
+    * backward: ``max(input_blocked, grad_output_blocked)``, plus
+      ``input_blocked`` when ``grad_input`` is computed.
+
+    Channels-last tensors need no reorders: 0.
+    """
+    packet = getattr(func, "overloadpacket", None)
+    if packet is torch.ops.aten.convolution:
+        x = args[0]
+        if not _plain_layout(x):
+            return 0
+        x_b = 0 if x.dim() >= 3 and x.shape[1] <= _ONEDNN_PLAIN_INPUT_MAX_CHANNELS else _blocked_nbytes(x)
+        out_b = _blocked_nbytes(out)
+        return max(x_b + out_b - _nbytes(out), out_b)
+    if packet is torch.ops.aten.convolution_backward:
+        grad_out, x = args[0], args[1]
+        if not _plain_layout(x):
+            return 0
+        mask = args[10] if len(args) > 10 else kwargs.get("output_mask", (True, True, True))
+        x_b = _blocked_nbytes(x)
+        return max(x_b, _blocked_nbytes(grad_out)) + (x_b if mask[0] else 0)
+    return 0
