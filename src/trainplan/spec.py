@@ -92,6 +92,42 @@ class FlashAttention(str, Enum):
     FALSE = "false"
 
 
+class Stack(str, Enum):
+    """The software that trains the job; it decides defaults that change memory (catalog/data/stacks.yaml)."""
+
+    PLAIN = "plain"  # eager PyTorch, as `trainplan run` trains
+    HF_TRAINER = "hf-trainer"
+    TORCHTUNE = "torchtune"
+    LITGPT = "litgpt"
+    LLM_FOUNDRY = "llm-foundry"
+    ACCELERATE = "accelerate"
+    LIGHTNING = "lightning"
+    DEEPSPEED = "deepspeed"
+
+
+class LossImpl(str, Enum):
+    """How the language-model loss is computed over the vocabulary."""
+
+    FULL = "full"  # the whole logits tensor up-cast to fp32, then cross-entropy
+    CHUNKED = "chunked"  # up-cast and cross-entropy one chunk of tokens at a time
+    FUSED = "fused"  # a fused cross-entropy kernel over 16-bit logits (no fp32 copy)
+    FUSED_LINEAR = "fused-linear"  # output projection and loss fused: logits never materialised
+
+
+class StackKnobs(BaseModel):
+    """Explicit settings that override the stack's defaults (each ``None`` = the stack's default)."""
+
+    model_config = STRICT
+    loss: LossImpl | None = None
+    loss_chunks: PositiveInt | None = None  # chunks of the sequence (chunked loss)
+    loss_chunk_tokens: PositiveInt | None = None  # or tokens per chunk (LitGPT's lm_head_chunk_size)
+    compile: bool | None = None
+    optimizer_in_backward: bool | None = None
+    activation_offloading: bool | None = None
+    fused_optimizer: bool | None = None
+    paged_optimizer: bool | None = None
+
+
 class TabularLibrary(str, Enum):
     XGBOOST = "xgboost"
     LIGHTGBM = "lightgbm"
@@ -177,6 +213,8 @@ class _NeuralJob(_JobBase):
     activation_checkpointing: Checkpointing = Checkpointing.NONE
     steps: PositiveInt | None = None
     learning_rate: PositiveFloat = 1e-4
+    stack: Stack = Stack.PLAIN
+    knobs: StackKnobs = StackKnobs()
 
     @field_validator("activation_checkpointing", mode="before")
     @classmethod
@@ -371,7 +409,8 @@ def _format_error(err: dict[str, Any], kind: str | None) -> tuple[str, str]:
         return field, "is required"
     if etype in ("enum", "literal_error"):
         expected = err.get("ctx", {}).get("expected", "")
-        return field, f"must be one of {expected}, got {err.get('input')!r}"
+        choices = [c.strip().strip("'") for c in expected.replace(" or ", ", ").split(",") if c.strip()]
+        return field, f"must be one of {expected}, got {err.get('input')!r}{_did_you_mean(str(err.get('input')), choices)}"
     if etype in ("greater_than", "greater_than_equal"):
         bound = err.get("ctx", {}).get("gt", err.get("ctx", {}).get("ge"))
         op = ">" if etype == "greater_than" else ">="

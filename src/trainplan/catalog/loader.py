@@ -115,6 +115,7 @@ class Catalog:
     assumptions: dict[str, dict[str, Any]]
     tabular_rates: dict[tuple[str, str], "TabularRate"] = field(default_factory=dict)
     issues: tuple[CatalogIssue, ...] = field(default=())
+    stacks: dict[str, dict[str, Any]] = field(default_factory=dict)  # stacks.yaml: defaults that change memory
 
     def assumption(self, key: str) -> float:
         """A documented default (efficiency, overhead) by key; see assumptions.yaml."""
@@ -345,7 +346,12 @@ def load_catalog(data_dir: Path | str = DATA_DIR) -> Catalog:
     for key, entry in assumptions.items():
         if not isinstance(entry, dict) or "value" not in entry or "source" not in entry:
             issues.append(CatalogIssue("assumptions.yaml", 0, key, "needs value and source"))
+    stacks = _load_yaml(d / "stacks.yaml") if (d / "stacks.yaml").exists() else {}
+    for key, entry in stacks.items():
+        if not isinstance(entry, dict) or "knobs" not in entry or "sources" not in entry:
+            issues.append(CatalogIssue("stacks.yaml", 0, key, "needs knobs and sources"))
     return Catalog(
+        stacks=stacks,
         accelerators=accelerators,
         instances=tuple(i for i in insts if i.cloud in cloud_map),
         clouds=cloud_map,

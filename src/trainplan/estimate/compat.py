@@ -8,6 +8,7 @@ are the composer's (``compose.py``); tabular jobs have their own rules
 
 from __future__ import annotations
 
+from trainplan.estimate.profile import StepProfile
 from trainplan.estimate.result import Hardware, Rejection, RejectKind
 from trainplan.spec import Method, Optimizer, TorchJob, TransformerJob
 from trainplan.strategies import Engine, Strategy
@@ -18,10 +19,14 @@ def global_batch_of(job: TorchJob | TransformerJob, hw: Hardware) -> int:
     return job.global_batch or job.micro_batch * hw.layout.data_parallel
 
 
-def incompatibility(job: TorchJob | TransformerJob, hw: Hardware, strategy: Strategy) -> Rejection | None:
-    """The first rule ``job`` × ``hw`` × ``strategy`` breaks, or None."""
+def incompatibility(job: TorchJob | TransformerJob, hw: Hardware, strategy: Strategy,
+                    profile: StepProfile | None = None) -> Rejection | None:  # fmt: skip
+    """The first rule ``job`` × ``hw`` × ``strategy`` (× the stack's knobs in ``profile``) breaks, or None."""
     acc = hw.accelerator
     layout = hw.layout
+    if profile is not None and strategy.engine not in profile.engines:
+        runs = ", ".join(e.value for e in profile.engines)
+        return Rejection(RejectKind.PLATFORM, f"stack {profile.stack} does not run {strategy.engine.value} ({strategy.value}); it runs {runs}")
     if acc is None:
         return Rejection(RejectKind.NO_DEVICE, "training a neural network here needs an accelerator; this option has CPUs only")
     if strategy.multi_device_only and layout.world_size == 1:
@@ -50,4 +55,10 @@ def incompatibility(job: TorchJob | TransformerJob, hw: Hardware, strategy: Stra
             f"global_batch {global_batch} is not a multiple of micro_batch × data-parallel "
             f"({job.micro_batch}×{layout.data_parallel})",
         )
+    if profile is not None and profile.memory.transient_gradients:
+        if strategy.engine is Engine.DEEPSPEED:
+            return Rejection(RejectKind.PLATFORM, "optimizer_in_backward is a PyTorch hook; DeepSpeed steps its own optimizer")
+        if global_batch > dp:
+            return Rejection(RejectKind.BATCH, f"optimizer_in_backward cannot accumulate gradients: global_batch {global_batch} "
+                             f"needs {global_batch // dp} micro-steps of {job.micro_batch}×{layout.data_parallel}")  # fmt: skip
     return None

@@ -18,6 +18,7 @@ from trainplan.estimate.memory import (
     GIB,
     MemoryBreakdown,
     framework_overhead_bytes,
+    gradient_bytes_per_param,
     model_state_bytes,
     sharding_buffer_bytes,
     step_peak,
@@ -45,10 +46,19 @@ def step_memory(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardwa
         world_size=n,
         adafactor_elems_per_param=p.factored_state_elems,
     )
+    if profile.memory.transient_gradients:
+        # the optimizer steps each parameter as its gradient is ready and frees it (torchtune optimizer_in_bwd,
+        # PyTorch "How to save memory by fusing the optimizer step into the backward pass" tutorial)
+        states = replace(states, gradients=p.largest_tensor * gradient_bytes_per_param(job.precision, engine))
+    if profile.memory.pageable_optimizer_state:
+        # bitsandbytes paged optimizers keep their state in unified memory that pages out to host RAM under
+        # pressure (bitsandbytes docs, "Paged optimizers"): it never forces an OOM; count it on the host.
+        states = replace(states, host=states.host + states.optimizer, optimizer=0.0)
     # AMP's cached 16-bit weight copies exist only over fp32 weights (plain PyTorch);
     # DeepSpeed and FSDP hold 16-bit working weights already.
     autocast = profile.memory.autocast_copies if engine is Engine.TORCH else 0.0
-    forward_temporaries = autocast + sharding_buffer_bytes(strategy, largest_block_params=p.largest_block, world_size=n)
+    forward_temporaries = (autocast + profile.memory.forward_temporaries
+                           + sharding_buffer_bytes(strategy, largest_block_params=p.largest_block, world_size=n))  # fmt: skip
     # foreach temporaries scale with the optimizer shard; DeepSpeed's fused and CPU optimizers make none.
     if engine is Engine.DEEPSPEED or strategy.offloads_optimizer:
         optimizer_temporaries = 0.0
@@ -67,11 +77,12 @@ def step_memory(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardwa
         fragmentation=catalog.assumption("allocator_fragmentation"),
         expandable_slack=catalog.assumption("expandable_segments_slack_mib") * 2**20,
         # Gradients outlive a micro-step under accumulation; DeepSpeed keeps its gradient buffers allocated.
-        grads_live_in_forward=micro_steps > 1 or engine is Engine.DEEPSPEED,
+        grads_live_in_forward=(micro_steps > 1 or engine is Engine.DEEPSPEED) and not profile.memory.transient_gradients,
     )
-    if states.host:
-        # each rank's offloaded states plus the host process itself (Python, CUDA host allocations, pinned buffers)
-        per_rank = states.host + catalog.assumption("host_process_gib") * GIB
+    offloaded = states.host + profile.memory.host_activations
+    if offloaded:
+        # each rank's offloaded states and activations plus the host process itself (Python, pinned buffers)
+        per_rank = offloaded + catalog.assumption("host_process_gib") * GIB
         mem = replace(mem, host=per_rank * layout.gpus_per_node)
     return mem
 
@@ -122,7 +133,7 @@ def compose(
     """
     layout = hw.layout
     acc = hw.accelerator
-    rejection = incompatibility(job, hw, strategy)
+    rejection = incompatibility(job, hw, strategy, profile)
     global_batch = global_batch_of(job, hw)
     micro_steps = max(1, global_batch // (job.micro_batch * layout.data_parallel))
     steps = job.total_steps(global_batch)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainplan.spec import Checkpointing, Optimizer, Precision
+from trainplan.spec import Checkpointing, LossImpl, Optimizer, Precision
 from trainplan.strategies import Engine, Strategy, ZeroStage
 
 GIB = 2**30
@@ -195,15 +195,21 @@ def model_state_bytes(
 # ----------------------------------------------------------------------------- activations
 
 
-def norm_saved_bytes_per_token(hidden: int, norm: str, precision: Precision) -> float:
+def norm_saved_bytes_per_token(hidden: int, norm: str, precision: Precision, *, compiled: bool = False) -> float:
     """Bytes a normalisation layer keeps for backward, per token.
 
     LayerNorm (fused ``aten.native_layer_norm``) keeps its input plus fp32 mean
     and rstd.  Hugging Face's ``LlamaRMSNorm`` up-casts its input to fp32 and
     multiplies the down-cast result by the weight, so under mixed precision it
-    keeps a 4-byte and a 2-byte copy of the hidden state.
+    keeps a 4-byte and a 2-byte copy of the hidden state.  Compiled
+    (``torch.compile``), the norm is one fused kernel that keeps its input and
+    an fp32 rstd per token: the partitioner recomputes the up-cast in backward
+    (min-cut rematerialisation of pointwise ops, functorch/AOTAutograd
+    ``min_cut_rematerialization_partition``).
     """
     e = precision.compute_bytes
+    if compiled:
+        return hidden * e + 4
     if norm == "rmsnorm" and precision.mixed:
         return hidden * (4 + e) + 4
     return hidden * e + 8
@@ -224,6 +230,7 @@ def layer_activation_bytes(
     flash_attention: bool,
     dropout: bool = False,
     checkpointing: Checkpointing = Checkpointing.NONE,
+    compiled: bool = False,
 ) -> float:
     """Activation bytes one transformer block keeps for backward (Korthikanti et al. 2022, eq. 1, term by term).
 
@@ -236,11 +243,13 @@ def layer_activation_bytes(
     dropout its mask (a·s) and output (e·a·s); a fused kernel keeps an fp32
     log-sum-exp per head instead.  Dropout after attention and MLP keeps a
     1-byte mask each.  For a GPT-3 block in fp16 with dropout this reproduces
-    Korthikanti's 34·sbh + 5·a·s²·b.
+    Korthikanti's 34·sbh + 5·a·s²·b.  Compiled, pointwise ops are recomputed in
+    backward rather than saved (min-cut rematerialisation): a SwiGLU keeps only
+    the gate and up projections (2e·f), a GELU MLP only its input (e·f).
     """
     e = precision.compute_bytes
     tokens = seq_len * micro_batch
-    norms = 2 * norm_saved_bytes_per_token(hidden, norm, precision)
+    norms = 2 * norm_saved_bytes_per_token(hidden, norm, precision, compiled=compiled)
     attn_linear = e * hidden + e * (q_dim + 2 * kv_dim) + e * q_dim
     if flash_attention:
         core = 4.0 * heads  # fp32 log-sum-exp per head per token
@@ -248,7 +257,8 @@ def layer_activation_bytes(
         core = e * heads * seq_len
         if dropout:
             core += heads * seq_len * (1 + e)
-    mlp_bytes = e * hidden + (4 if mlp == "swiglu" else 2) * e * ffn_hidden
+    intermediates = (2 if mlp == "swiglu" else 1) if compiled else (4 if mlp == "swiglu" else 2)
+    mlp_bytes = e * hidden + intermediates * e * ffn_hidden
     masks = 2.0 * hidden if dropout else 0.0  # 1-byte masks after attention and after the MLP
     if checkpointing is Checkpointing.SELECTIVE:
         core = 4.0 * heads if flash_attention else 0.0  # attention core recomputed (Korthikanti Sec. 4.2)
@@ -262,15 +272,41 @@ def checkpointed_activation_bytes(
     return layers * seq_len * micro_batch * hidden * precision.compute_bytes + layer_bytes
 
 
-def logits_bytes(*, seq_len: int, micro_batch: int, vocab: int, precision: Precision) -> float:
-    """Output logits and the loss around the start of backward.
+def logits_bytes(*, seq_len: int, micro_batch: int, vocab: int, precision: Precision, hidden: int = 0,
+                 loss: LossImpl = LossImpl.FULL, chunks: int = 1) -> float:  # fmt: skip
+    """Output logits and the loss around the start of backward, by how the loss is computed.
 
-    Mixed precision (Hugging Face ``ForCausalLMLoss``): logits in the compute
-    dtype, an fp32 up-cast, and the fp32 log-softmax kept by cross-entropy
-    (2 + 4 + 4 bytes per logit).  fp32: logits, log-softmax and its gradient.
+    * ``full`` (Hugging Face ``ForCausalLMLoss``, plain ``F.cross_entropy`` over
+      ``logits.float()``): mixed precision keeps the 16-bit logits, an fp32
+      up-cast and the fp32 log-softmax cross-entropy saves (2 + 4 + 4 bytes per
+      logit); fp32: logits, log-softmax and its gradient (4 + 4 + 4).
+    * ``chunked`` (torchtune ``CEWithChunkedOutputLoss``, LitGPT
+      ``chunked_cross_entropy``): the up-cast exists for one chunk at a time;
+      each chunk's log-softmax is still saved: 2 + 4 + 4/chunks (fp32: 4 + 4 + 4/chunks).
+    * ``fused`` (flash-attn ``CrossEntropyLoss`` in llm-foundry, Liger's cross
+      entropy): one kernel over the 16-bit logits writes the gradient in place;
+      only the logits stay (plus an fp32 log-sum-exp per token).
+    * ``fused-linear`` (Liger ``FusedLinearCrossEntropy``): projection and loss
+      run chunk by chunk and the gradient of the hidden states is formed in the
+      forward pass; no logits stay, one hidden-state gradient does.
     """
-    per_logit = 10.0 if precision.compute_bytes == 2 else 12.0
-    return seq_len * micro_batch * vocab * per_logit
+    tokens = seq_len * micro_batch
+    e = precision.compute_bytes
+    if loss is LossImpl.FUSED_LINEAR:
+        return tokens * (hidden * e + 4)
+    if loss is LossImpl.FUSED:
+        return tokens * (vocab * e + 4)
+    if loss is LossImpl.CHUNKED:
+        return tokens * vocab * (e + 4 + 4 / max(1, chunks))
+    per_logit = 10.0 if e == 2 else 12.0
+    return tokens * vocab * per_logit
+
+
+def dequantized_weight_bytes(largest_linear_params: float) -> float:
+    """bitsandbytes 4-bit linear layers dequantise their weight to 16 bits for each matmul
+    (``bnb.matmul_4bit`` → ``dequantize_4bit`` on multi-token inputs): one 16-bit copy of the largest
+    quantised matrix is live at a time."""
+    return 2.0 * largest_linear_params
 
 
 # ----------------------------------------------------------------------------- temporaries

@@ -18,6 +18,7 @@ from enum import Enum
 from typing import Any
 
 from trainplan.estimate.compute import StepFlops
+from trainplan.strategies import Engine
 
 
 class ProfileSource(str, Enum):
@@ -36,6 +37,7 @@ class Params:
     # factored second moment); 0 means: the optimizer's fixed count (memory.optimizer_state_elems_per_param).
     factored_state_elems: float = 0.0
     largest_block: int = 0  # parameters of the unit FSDP / ZeRO-3 gather at once
+    largest_tensor: int = 0  # parameters of the largest single weight (its gradient is what an in-backward step holds)
 
     @property
     def frozen(self) -> int:
@@ -46,9 +48,13 @@ class Params:
 class StepMemory:
     """Bytes of one micro-batch step by category, on one device (plain PyTorch conventions)."""
 
-    activations: float  # kept from forward for backward, the logits and loss included
+    activations: float  # kept from forward for backward on the device, the logits and loss included
     autocast_copies: float = 0.0  # 16-bit weight copies AMP autocast caches over fp32 weights (PyTorch engine only)
     optimizer_temporaries: float = 0.0  # foreach temporaries of the optimizer step, unsharded
+    forward_temporaries: float = 0.0  # transient buffers of the forward pass (dequantised 4-bit weights)
+    host_activations: float = 0.0  # activations offloaded to host RAM (per rank)
+    transient_gradients: bool = False  # the optimizer steps inside backward: gradients never accumulate
+    pageable_optimizer_state: bool = False  # paged 8-bit optimizer: its state pages out to host RAM under pressure
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,8 @@ class StepProfile:
     throughput_unit: str = "samples_per_s"  # "tokens_per_s" | "samples_per_s"
     mfu_width: int | None = None  # model width for the default efficiency curve; None: the traced default MFU
     notes: tuple[str, ...] = ()
+    engines: tuple[Engine, ...] = (Engine.TORCH, Engine.FSDP, Engine.DEEPSPEED)  # what the job's stack can run on
+    stack: str = "plain"
     trace: dict[str, Any] | None = field(default=None, compare=False)  # the traced single-device step, for reports
 
     # Names the tests and reports know from the trace result.

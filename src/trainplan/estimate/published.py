@@ -48,6 +48,17 @@ def _model(value: Any) -> Any:
     return value
 
 
+# The stack a record's source trains with, when the record does not name it (its id names the source).
+STACK_BY_SOURCE = {"llmfoundry": "llm-foundry", "torchtune": "torchtune", "litgpt": "litgpt"}
+KNOB_KEYS = ("loss", "loss_chunks", "loss_chunk_tokens", "compile", "optimizer_in_backward", "activation_offloading",
+             "fused_optimizer", "paged_optimizer")  # fmt: skip
+
+
+def record_stack(rec: dict[str, Any]) -> str:
+    """The record's stack: as it states, else the one its source is (llm-foundry's tables are llm-foundry runs)."""
+    return str(rec.get("stack") or STACK_BY_SOURCE.get(str(rec["id"]).split("-")[0], "plain"))
+
+
 def record_to_job(rec: dict[str, Any]) -> TransformerJob | None:
     """The job a published record describes, or None if trainplan does not model it (fp8, tensor parallel)."""
     if rec.get("precision", "bf16") not in SUPPORTED_PRECISIONS:
@@ -65,7 +76,11 @@ def record_to_job(rec: dict[str, Any]) -> TransformerJob | None:
         "optimizer": rec.get("optimizer", "adamw"),
         "activation_checkpointing": rec.get("activation_checkpointing", "none"),
         "steps": 1,
+        "stack": record_stack(rec),
     }
+    knobs = {k: v for k, v in (rec.get("knobs") or {}).items() if k in KNOB_KEYS}
+    if knobs:
+        data["knobs"] = knobs
     if rec.get("global_batch"):
         data["global_batch"] = rec["global_batch"]
     if rec.get("flash_attention") is not None:
@@ -103,11 +118,14 @@ def compare(rec: dict[str, Any], catalog: Catalog | None = None) -> Comparison |
     peak = m.get("peak_memory_gib")
     if peak is None and m.get("peak_memory_gb"):
         peak = m["peak_memory_gb"] * 1e9 / GIB
+    # compare like with like: what the source read (allocated, reserved, or the whole device as nvidia-smi shows)
+    kind = rec.get("memory_kind", "unknown")
+    predicted = {"allocated": e.memory.allocated, "reserved": e.memory.reserved}.get(kind, e.memory.peak)
     return Comparison(
         id=rec["id"],
         predicted_tokens_per_s_per_gpu=e.throughput / world if e.throughput else None,
         measured_tokens_per_s_per_gpu=tps,
-        predicted_peak_gib=e.memory.peak / GIB,
+        predicted_peak_gib=predicted / GIB,
         measured_peak_gib=peak,
         predicted_fits=e.fits,
         measured_fits=m.get("fits"),

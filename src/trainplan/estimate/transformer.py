@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainplan.catalog import Catalog, resolve_model
+from trainplan.catalog import Catalog, get_catalog, resolve_model
 from trainplan.estimate import architecture as arch_mod
 from trainplan.estimate.compose import compose
 from trainplan.estimate.compute import training_step_flops
 from trainplan.estimate.memory import (
     checkpointed_activation_bytes,
+    dequantized_weight_bytes,
     layer_activation_bytes,
     logits_bytes,
     norm_saved_bytes_per_token,
@@ -23,6 +24,7 @@ from trainplan.estimate.memory import (
 )
 from trainplan.estimate.profile import Params, ProfileSource, StepMemory, StepProfile
 from trainplan.estimate.result import Estimate, Hardware
+from trainplan.estimate.stack import Knobs, effective_knobs
 from trainplan.estimate.steptime import matmul_efficiency
 from trainplan.model import ModelArch
 from trainplan.spec import Checkpointing, FlashAttention, Method, Precision, TransformerJob
@@ -80,9 +82,9 @@ def _flash(job: TransformerJob) -> bool:
     return job.flash_attention is not FlashAttention.FALSE
 
 
-def activation_bytes(job: TransformerJob, arch: ModelArch) -> float:
-    """Activations of all blocks plus the head, for one micro-batch."""
-    layers = arch.blocks
+def block_activation_bytes(job: TransformerJob, arch: ModelArch, knobs: Knobs | None = None) -> float:
+    """Activations all transformer blocks keep for backward, for one micro-batch."""
+    k = knobs or Knobs(stack=job.stack)
     per_layer = layer_activation_bytes(
         seq_len=job.seq_len,
         micro_batch=job.micro_batch,
@@ -96,29 +98,58 @@ def activation_bytes(job: TransformerJob, arch: ModelArch) -> float:
         precision=job.precision,
         flash_attention=_flash(job),
         checkpointing=job.activation_checkpointing,
+        compiled=k.compile,
     )
     if job.activation_checkpointing is Checkpointing.FULL:
-        blocks = checkpointed_activation_bytes(
-            layers=layers,
+        return checkpointed_activation_bytes(
+            layers=arch.blocks,
             layer_bytes=per_layer,
             seq_len=job.seq_len,
             micro_batch=job.micro_batch,
             hidden=arch.hidden,
             precision=job.precision,
         )
-    else:
-        blocks = layers * per_layer
+    return arch.blocks * per_layer
+
+
+def head_activation_bytes(job: TransformerJob, arch: ModelArch, knobs: Knobs | None = None) -> float:
+    """The final norm, the output projection's input, and the logits and loss as the loss is computed."""
+    k = knobs or Knobs(stack=job.stack)
     tokens = job.seq_len * job.micro_batch
-    head = tokens * (norm_saved_bytes_per_token(arch.hidden, arch.norm, job.precision) + arch.hidden * job.precision.compute_bytes)
+    head = tokens * (norm_saved_bytes_per_token(arch.hidden, arch.norm, job.precision, compiled=k.compile)
+                     + arch.hidden * job.precision.compute_bytes)  # fmt: skip
     if arch.has_lm_head:
-        head += logits_bytes(seq_len=job.seq_len, micro_batch=job.micro_batch, vocab=arch.vocab, precision=job.precision)
-    return blocks + head
+        head += logits_bytes(seq_len=job.seq_len, micro_batch=job.micro_batch, vocab=arch.vocab, precision=job.precision,
+                             hidden=arch.hidden, loss=k.loss, chunks=k.loss_chunks)  # fmt: skip
+    return head
+
+
+def activation_bytes(job: TransformerJob, arch: ModelArch, knobs: Knobs | None = None) -> float:
+    """Activations of all blocks plus the head, for one micro-batch (before any offloading)."""
+    return block_activation_bytes(job, arch, knobs) + head_activation_bytes(job, arch, knobs)
+
+
+def device_and_host_activation_bytes(job: TransformerJob, arch: ModelArch, knobs: Knobs) -> tuple[float, float]:
+    """(on the device, on the host), with activation offloading when the knobs say so.
+
+    Offloading (torchtune ``OffloadActivations``): saved tensors move to pinned host memory as they are
+    saved and return as backward needs them, on a side stream; the device keeps the head (logits and loss
+    are needed at once) and about two blocks in flight — the one computed and the one being copied.
+    """
+    blocks = block_activation_bytes(job, arch, knobs)
+    head = head_activation_bytes(job, arch, knobs)
+    if not knobs.activation_offloading:
+        return blocks + head, 0.0
+    in_flight = min(blocks, 2 * blocks / max(1, arch.blocks))
+    return head + in_flight, blocks - in_flight
 
 
 def transformer_profile(job: TransformerJob, catalog: Catalog | None = None, *, model: TransformerModel | None = None) -> StepProfile:
     """One micro-batch step of ``job`` from the formulas: parameters, FLOPs, memory by category."""
-    m = model or resolve_transformer(job, catalog)
+    cat = catalog or get_catalog()
+    m = model or resolve_transformer(job, cat)
     arch = m.arch
+    knobs = effective_knobs(job, cat)
     flops = training_step_flops(
         tokens=job.seq_len * job.micro_batch,
         matmul_params=m.counts.matmul_per_token,
@@ -135,6 +166,10 @@ def transformer_profile(job: TransformerJob, catalog: Catalog | None = None, *, 
     # LoRA/QLoRA bases are stored in 16 (or 4) bits already, so only full training makes them.
     matmul_weights = m.counts.block_linear + arch.vocab * arch.hidden
     autocast = 2.0 * matmul_weights if job.precision.mixed and job.method is Method.FULL else 0.0
+    device_acts, host_acts = device_and_host_activation_bytes(job, arch, knobs)
+    largest_linear = max(i * o for i, o in arch_mod.linear_shapes(arch).values())
+    # a fused optimizer steps tensor by tensor in place, and so does one that steps inside backward
+    foreach = 0.0 if knobs.fused_optimizer or knobs.optimizer_in_backward else optimizer_foreach_temporary_bytes(m.trainable, job.optimizer)
     return StepProfile(
         source=ProfileSource.ANALYTIC,
         params=Params(
@@ -143,16 +178,24 @@ def transformer_profile(job: TransformerJob, catalog: Catalog | None = None, *, 
             frozen_bytes=m.frozen_bytes,
             factored_state_elems=m.adafactor_elems_per_param,
             largest_block=arch_mod.largest_block_params(arch),
+            largest_tensor=max(largest_linear, arch.vocab * arch.hidden) if job.method is Method.FULL else largest_linear,
         ),
         flops=flops,
         memory=StepMemory(
-            activations=activation_bytes(job, arch),
+            activations=device_acts,
             autocast_copies=autocast,
-            optimizer_temporaries=optimizer_foreach_temporary_bytes(m.trainable, job.optimizer),
+            optimizer_temporaries=foreach,
+            forward_temporaries=dequantized_weight_bytes(largest_linear) if job.method is Method.QLORA else 0.0,
+            host_activations=host_acts,
+            transient_gradients=knobs.optimizer_in_backward,
+            pageable_optimizer_state=knobs.paged_optimizer,
         ),
         items_per_sample=job.seq_len,
         throughput_unit="tokens_per_s",
         mfu_width=arch.hidden,
+        notes=knobs.notes,
+        engines=knobs.engines,
+        stack=job.stack.value,
     )
 
 

@@ -1,0 +1,86 @@
+"""The knobs in force for a job: its stack's defaults (catalog/data/stacks.yaml) overridden by explicit knobs.
+
+A knob is something the training code does that changes what a step allocates
+or computes: how the loss treats the vocabulary, ``torch.compile``, the
+optimizer stepping inside backward, activations offloaded to the host, a fused
+or paged optimizer.  Both profile producers read the same :class:`Knobs`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from trainplan.catalog import Catalog
+from trainplan.errors import SpecError
+from trainplan.spec import LossImpl, Optimizer, Stack, TorchJob, TransformerJob
+from trainplan.strategies import Engine
+
+KNOB_NAMES = ("loss", "loss_chunks", "loss_chunk_tokens", "compile", "optimizer_in_backward", "activation_offloading",
+              "fused_optimizer", "paged_optimizer")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """The effective settings of one job (stack defaults, explicit knobs winning)."""
+
+    stack: Stack
+    loss: LossImpl = LossImpl.FULL
+    loss_chunks: int = 1  # chunks the loss is computed in (1 unless chunked)
+    compile: bool = False
+    optimizer_in_backward: bool = False
+    activation_offloading: bool = False
+    fused_optimizer: bool = False
+    paged_optimizer: bool = False
+    engines: tuple[Engine, ...] = (Engine.TORCH, Engine.FSDP, Engine.DEEPSPEED)
+    notes: tuple[str, ...] = ()  # which explicit knob overrode which stack default
+
+
+def _chunks(loss: LossImpl, chunks: int | None, chunk_tokens: int | None, seq_len: int) -> int:
+    if loss is not LossImpl.CHUNKED:
+        return 1
+    if chunk_tokens:
+        return max(1, math.ceil(seq_len / chunk_tokens))
+    return chunks or 1
+
+
+def effective_knobs(job: TorchJob | TransformerJob, catalog: Catalog) -> Knobs:
+    """The stack's defaults with the job's explicit knobs on top; each override is named in ``notes``.
+
+    Raises :class:`SpecError` for knobs that cannot hold together.
+    """
+    entry = catalog.stacks.get(job.stack.value)
+    if entry is None:
+        raise SpecError(f"no defaults for stack {job.stack.value!r} in the catalog's stacks.yaml", field="stack")
+    defaults = dict(entry["knobs"])
+    explicit = {k: v for k, v in job.knobs.model_dump().items() if v is not None}
+    notes = []
+    for key, value in explicit.items():
+        default = defaults.get(key)
+        shown = value.value if isinstance(value, LossImpl) else value
+        if default is not None and str(default).lower() != str(shown).lower():
+            notes.append(f"knobs.{key}: {shown} overrides {job.stack.value}'s default ({default})")
+    merged = {**defaults, **{k: (v.value if isinstance(v, LossImpl) else v) for k, v in explicit.items()}}
+    if "loss_chunks" in explicit and "loss_chunk_tokens" not in explicit:
+        merged.pop("loss_chunk_tokens", None)
+    if "loss_chunk_tokens" in explicit and "loss_chunks" not in explicit:
+        merged.pop("loss_chunks", None)
+    loss = LossImpl(merged.get("loss", "full"))
+    if isinstance(job, TorchJob) and "loss" in explicit:
+        raise SpecError("applies to language-model (kind: transformer) jobs; a torch job's loss is its `loss:` function",
+                        field="knobs.loss")  # fmt: skip
+    if merged.get("paged_optimizer") and job.optimizer is not Optimizer.ADAM8BIT:
+        raise SpecError("paged optimizers are bitsandbytes' 8-bit AdamW: set optimizer: adam8bit", field="knobs.paged_optimizer")
+    seq_len = job.seq_len if isinstance(job, TransformerJob) else 1
+    return Knobs(
+        stack=job.stack,
+        loss=loss,
+        loss_chunks=_chunks(loss, merged.get("loss_chunks"), merged.get("loss_chunk_tokens"), seq_len),
+        compile=bool(merged.get("compile", False)),
+        optimizer_in_backward=bool(merged.get("optimizer_in_backward", False)),
+        activation_offloading=bool(merged.get("activation_offloading", False)),
+        fused_optimizer=bool(merged.get("fused_optimizer", False)),
+        paged_optimizer=bool(merged.get("paged_optimizer", False)),
+        engines=tuple(Engine(e) for e in entry.get("engines", [e.value for e in Engine])),
+        notes=tuple(notes),
+    )
