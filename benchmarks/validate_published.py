@@ -15,9 +15,10 @@ from pathlib import Path
 
 import yaml
 
-from trainplan.estimate.published import compare
+from trainplan.estimate.published import compare, memory_errors
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "published_llm.yaml"
+STACKS = DATA.with_name("published_stacks.yaml")
 
 
 def main() -> None:
@@ -54,6 +55,19 @@ def main() -> None:
     if mem_err:
         print(f"peak memory: n={len(mem_err)} median |err| {statistics.median(abs(e) for e in mem_err):.1%}, worst {max(mem_err, key=abs):+.0%}")
     print(f"fit/no-fit verdicts right: {verdicts[0]}/{verdicts[1]}")
+    stacks = yaml.safe_load(STACKS.read_text())
+    stack_verdicts = [c for c in (compare(r) for r in stacks) if c is not None and c.measured_fits is not None]
+    print(f"stack records ({STACKS.name}): {len(stacks)}; verdicts right "
+          f"{sum(c.predicted_fits == c.measured_fits for c in stack_verdicts)}/{len(stack_verdicts)}")
+    print(f"{'peak memory by stack':22} {'n':>3} {'median |err|':>13} {'held out n':>11} {'median |err|':>13}")
+    train, held = memory_errors(stacks, heldout=False), memory_errors(stacks, heldout=True)
+    for stack in sorted(set(train.by_stack) | set(held.by_stack)):
+        t, h = train.by_stack.get(stack, []), held.by_stack.get(stack, [])
+        med = lambda v: f"{statistics.median(v):13.1%}" if v else f"{'-':>13}"  # noqa: E731
+        print(f"{stack:22} {len(t):3d} {med(t)} {len(h):11d} {med(h)}")
+    print(f"{'all stated stacks':22} {len(train.all):3d} {train.median:13.1%} {len(held.all):11d} {held.median:13.1%}")
+    both = memory_errors([r for r in records] + [r for r in stacks], heldout=False)
+    print(f"memory error band (median |err|, every record with a measured peak, held-out excluded): {both.median:.1%} (n={len(both.all)})")
 
 
 if __name__ == "__main__":

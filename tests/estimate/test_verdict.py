@@ -15,7 +15,7 @@ from trainplan.catalog import find_accelerator, get_catalog
 from trainplan.cli.main import main
 from trainplan.estimate.hardware import hardware_for_gpu
 from trainplan.estimate.memory import GIB
-from trainplan.estimate.published import compare
+from trainplan.estimate.published import memory_errors
 from trainplan.estimate.transformer import estimate_transformer, transformer_profile
 from trainplan.planner.core import Objective, rank
 from trainplan.planner.fit import _fits, max_micro_batch
@@ -27,11 +27,13 @@ LLAMA7B = {"kind": "transformer", "model": "llama-2-7b", "seq_len": 2048, "micro
 
 
 def test_the_analytic_band_is_the_measured_error_on_published_records() -> None:
-    """The band is not invented: it is the median |error| of the analytic peak on the published records."""
-    rows = [c for c in (compare(r) for r in yaml.safe_load(RECORDS.read_text())) if c is not None]
-    errors = [abs(c.predicted_peak_gib / c.measured_peak_gib - 1) for c in rows if c.measured_peak_gib]
-    assert len(errors) >= 10
-    assert get_catalog().assumption("memory_error_band_analytic") == pytest.approx(statistics.median(errors), abs=0.005)
+    """The band is not invented: it is the median |error| of the analytic peak over every published record with a
+    measured peak (the held-out ones excluded), as benchmarks/validate_published.py prints it."""
+    records = yaml.safe_load(RECORDS.read_text()) + yaml.safe_load(RECORDS.with_name("published_stacks.yaml").read_text())
+    errors = memory_errors(records, heldout=False)
+    assert len(errors.all) >= 40
+    assert errors.median == pytest.approx(statistics.median(errors.all))
+    assert get_catalog().assumption("memory_error_band_analytic") == pytest.approx(errors.median, abs=0.005)
 
 
 def test_allocated_reserved_and_context_add_up_to_the_peak() -> None:

@@ -273,7 +273,7 @@ def checkpointed_activation_bytes(
 
 
 def logits_bytes(*, seq_len: int, micro_batch: int, vocab: int, precision: Precision, hidden: int = 0,
-                 loss: LossImpl = LossImpl.FULL, chunks: int = 1) -> float:  # fmt: skip
+                 loss: LossImpl = LossImpl.FULL, chunks: int = 1, compiled: bool = False) -> float:  # fmt: skip
     """Output logits and the loss around the start of backward, by how the loss is computed.
 
     * ``full`` (Hugging Face ``ForCausalLMLoss``, plain ``F.cross_entropy`` over
@@ -289,9 +289,16 @@ def logits_bytes(*, seq_len: int, micro_batch: int, vocab: int, precision: Preci
     * ``fused-linear`` (Liger ``FusedLinearCrossEntropy``): projection and loss
       run chunk by chunk and the gradient of the hidden states is formed in the
       forward pass; no logits stay, one hidden-state gradient does.
+    * compiled (``torch.compile`` over the loss, as torchtune compiles its
+      chunked loss): the up-cast, log-softmax and NLL fuse into one kernel that
+      keeps the 16-bit logits and an fp32 log-sum-exp per token, recomputing the
+      softmax in backward (min-cut rematerialisation); an fp32 chunk exists only
+      transiently: e + 4/chunks per logit.
     """
     tokens = seq_len * micro_batch
     e = precision.compute_bytes
+    if compiled and loss in (LossImpl.FULL, LossImpl.CHUNKED):
+        return tokens * (vocab * (e + 4 / max(1, chunks)) + 4)
     if loss is LossImpl.FUSED_LINEAR:
         return tokens * (hidden * e + 4)
     if loss is LossImpl.FUSED:

@@ -1,6 +1,7 @@
 """Compare the analytic estimator with published, measured training runs.
 
-The records live in ``tests/data/published_llm.yaml`` (each with its source).
+The records live in ``tests/data/published_llm.yaml`` (throughput and verdicts, each with its source) and
+``tests/data/published_stacks.yaml`` (per-GPU memory by training stack, some held out for a final check).
 This module turns one record into a job and hardware, runs the estimator with
 its *default* efficiencies, and reports predicted against measured throughput,
 peak memory and the fit / no-fit verdict.  Used by the golden tests and by
@@ -9,8 +10,9 @@ peak memory and the fit / no-fit verdict.  Used by the golden tests and by
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Iterable
 
 from trainplan.catalog import Catalog, get_catalog
 from trainplan.errors import TrainplanError
@@ -131,3 +133,32 @@ def compare(rec: dict[str, Any], catalog: Catalog | None = None) -> Comparison |
         measured_fits=m.get("fits"),
         reason=e.reason,
     )
+
+
+@dataclass(frozen=True)
+class MemoryErrors:
+    """|predicted / measured − 1| of the peak, per stack, for a set of records."""
+
+    by_stack: dict[str, list[float]] = field(default_factory=dict)
+
+    @property
+    def all(self) -> list[float]:
+        return [e for v in self.by_stack.values() for e in v]
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.all) if self.all else None
+
+
+def memory_errors(records: Iterable[dict[str, Any]], *, heldout: bool | None = None,
+                  catalog: Catalog | None = None) -> MemoryErrors:  # fmt: skip
+    """Peak-memory errors of the records with a measured peak (``heldout``: only those, or only the others)."""
+    by: dict[str, list[float]] = {}
+    for rec in records:
+        if heldout is not None and bool(rec.get("heldout")) != heldout:
+            continue
+        c = compare(rec, catalog)
+        if c is None or not c.measured_peak_gib:
+            continue
+        by.setdefault(record_stack(rec), []).append(abs(c.predicted_peak_gib / c.measured_peak_gib - 1.0))
+    return MemoryErrors(by)

@@ -120,7 +120,7 @@ def head_activation_bytes(job: TransformerJob, arch: ModelArch, knobs: Knobs | N
                      + arch.hidden * job.precision.compute_bytes)  # fmt: skip
     if arch.has_lm_head:
         head += logits_bytes(seq_len=job.seq_len, micro_batch=job.micro_batch, vocab=arch.vocab, precision=job.precision,
-                             hidden=arch.hidden, loss=k.loss, chunks=k.loss_chunks)  # fmt: skip
+                             hidden=arch.hidden, loss=k.loss, chunks=k.loss_chunks, compiled=k.compile)  # fmt: skip
     return head
 
 
