@@ -10,6 +10,9 @@ from typer.exceptions import TyperException
 from trainplan.cli.catalog import catalog_command
 from trainplan.cli.estimate import estimate_command
 from trainplan.cli.plan import plan_command
+from trainplan.cli.probe import probe_command
+from trainplan.cli.report import report_command
+from trainplan.cli.serve import serve_command
 from trainplan.errors import TrainplanError
 
 app = typer.Typer(
@@ -22,6 +25,9 @@ app = typer.Typer(
 app.command("plan")(plan_command)
 app.command("estimate")(estimate_command)
 app.command("catalog")(catalog_command)
+app.command("probe")(probe_command)
+app.command("report")(report_command)
+app.command("serve")(serve_command)
 
 try:  # `trainplan run` lives in trainplan.run (heavier imports happen inside it)
     from trainplan.cli.run import run_command

@@ -17,6 +17,10 @@ import sys
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from trainplan.measure.nvml import NvmlReading
 
 GIB = 1024**3
 
@@ -172,24 +176,9 @@ def _cuda_gpus() -> tuple[GpuInfo, ...]:
 
 def _nvml_gpus() -> tuple[GpuInfo, ...]:
     """GPUs through NVML, for processes without torch (e.g. tabular jobs)."""
-    try:
-        import pynvml
-    except ImportError:
-        return ()
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:  # no driver: NVMLError_LibraryNotFound
-        return ()
-    try:
-        gpus = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-            name = pynvml.nvmlDeviceGetName(handle)
-            name = name.decode() if isinstance(name, bytes) else name
-            gpus.append(GpuInfo(name=name, memory_gib=pynvml.nvmlDeviceGetMemoryInfo(handle).total / GIB))
-        return tuple(gpus)
-    finally:
-        pynvml.nvmlShutdown()
+    from trainplan.measure.nvml import read_nvml
+
+    return _gpus_from(read_nvml())
 
 
 def _mps_available() -> bool:
@@ -219,3 +208,94 @@ def probe_hardware(*, use_gpus: bool = True) -> Hardware:
         gpus=gpus,
         accelerator=accel,
     )
+
+
+# --------------------------------------------------------------------------- the full description
+# (``trainplan probe``: slower than probe_hardware because it imports torch and asks NVML everything)
+
+
+@dataclass(frozen=True)
+class TorchView:
+    """What PyTorch sees on this machine (``installed`` False: torch is not installed)."""
+
+    installed: bool
+    version: str | None = None
+    cuda_available: bool = False
+    cuda_devices: int = 0
+    cuda_version: str | None = None  # the CUDA runtime torch was built with
+    mps_available: bool = False
+    bf16_supported: bool | None = None  # on the CUDA device (None: no CUDA device)
+
+
+def torch_view() -> TorchView:
+    """Ask torch for CUDA (devices, runtime version, bf16) and MPS; a missing torch says so."""
+    try:
+        import torch
+    except ImportError:
+        return TorchView(installed=False)
+    cuda = bool(torch.cuda.is_available())
+    backend = getattr(torch.backends, "mps", None)
+    return TorchView(
+        installed=True,
+        version=str(torch.__version__),
+        cuda_available=cuda,
+        cuda_devices=int(torch.cuda.device_count()) if cuda else 0,
+        cuda_version=getattr(torch.version, "cuda", None),
+        mps_available=bool(backend is not None and backend.is_available()),
+        bf16_supported=bool(torch.cuda.is_bf16_supported()) if cuda else None,
+    )
+
+
+@dataclass(frozen=True)
+class MachineDescription:
+    """This machine for ``trainplan probe``: the :class:`Hardware` a run uses, NVML's account of the GPUs
+    (driver, PCIe, NVLink topology) and torch's view.  ``gpu_note`` says in words why there is no GPU."""
+
+    hardware: Hardware
+    logical_cpus: int
+    nvml: "NvmlReading"
+    torch: TorchView
+    gpu_note: str | None
+
+    def to_dict(self) -> dict[str, object]:
+        from dataclasses import asdict
+
+        hw = self.hardware
+        return {
+            "hardware_id": hw.hardware_id,
+            "accelerator": hw.accelerator.value,
+            "cpu_model": hw.cpu_model,
+            "cpu_cores": hw.cpu_cores,
+            "logical_cpus": self.logical_cpus,
+            "memory_gib": hw.memory_gib,
+            "gpus": [{"name": g.name, "memory_gib": g.memory_gib, "canonical_id": g.canonical_id} for g in hw.gpus],
+            "nvml": self.nvml.to_dict(),
+            "torch": asdict(self.torch),
+            "gpu_note": self.gpu_note,
+        }
+
+
+def describe_machine() -> MachineDescription:
+    """CPU, memory, GPUs (NVML: driver, PCIe, NVLink; torch: CUDA/MPS) — and in words why no GPU, if none."""
+    from trainplan.measure.nvml import read_nvml
+
+    view = torch_view()
+    reading = read_nvml()
+    hw = probe_hardware()
+    if hw.accelerator is Accelerator.CPU and not hw.gpus:
+        hw = Hardware(hw.cpu_model, hw.cpu_cores, hw.memory_gib, _gpus_from(reading), Accelerator.CPU)
+    note = None
+    if hw.accelerator is Accelerator.MPS:
+        note = "no CUDA GPU; torch uses Apple's MPS device"
+    elif hw.accelerator is Accelerator.CPU:
+        torch_says = "torch is not installed" if not view.installed else "torch sees no CUDA device"
+        if reading.gpus:
+            note = f"NVML lists {len(reading.gpus)} GPU(s) but {torch_says}; training runs on the CPU"
+        else:
+            note = f"no GPU: {reading.note or 'NVML lists none'}; {torch_says}; training runs on the CPU"
+    return MachineDescription(hardware=hw, logical_cpus=os.cpu_count() or hw.cpu_cores, nvml=reading, torch=view,
+                              gpu_note=note)  # fmt: skip
+
+
+def _gpus_from(reading: "NvmlReading") -> tuple[GpuInfo, ...]:
+    return tuple(GpuInfo(name=g.name, memory_gib=g.memory_gib) for g in reading.gpus)

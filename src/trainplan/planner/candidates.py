@@ -6,6 +6,7 @@ from typing import Iterator
 
 from trainplan.catalog import Catalog, Instance
 from trainplan.estimate.hardware import Hardware, hardware_for_cpus, hardware_for_gpu, hardware_for_instance
+from trainplan.planner.this_machine import this_machine_candidates
 from trainplan.spec import Constraints, Job, TabularJob
 from trainplan.strategies import Strategy, strategies_for
 
@@ -43,3 +44,4 @@ def candidates(job: Job, catalog: Catalog) -> Iterator[tuple[Hardware, Strategy 
             hw = hardware_for_instance(inst, catalog, nodes=nodes, spot=spot)
             for strategy in strategies_for(hw.layout.world_size):
                 yield hw, strategy
+    yield from this_machine_candidates(job, catalog)  # "this machine", when `trainplan probe` saved a profile here

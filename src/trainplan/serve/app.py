@@ -1,0 +1,80 @@
+"""The local planning page of ``trainplan serve``: a FastAPI app (the ``serve`` extra).
+
+Routes: ``GET /`` the page; ``GET /api/choices`` what the form offers; ``POST /api/estimate`` a form (JSON)
+→ the job, its memory breakdown on the chosen GPUs and the ranked options; ``POST /api/job.yaml`` the job
+file to download.  A bad value answers 422 with ``{"error": "<field>: <one line>"}`` — the job-spec code's
+own message — and the server keeps serving.  Everything the page needs (plotly.js included) is served
+from here: it works with no network.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from trainplan.errors import TrainplanError
+from trainplan.serve.forms import DEFAULTS, answer, choices, job_from_form, job_yaml
+from trainplan.serve.page import page_html
+
+
+def _plotly_js_path() -> Path | None:
+    try:
+        import plotly
+    except ImportError:
+        return None
+    path = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    return path if path.exists() else None
+
+
+def create_app() -> Any:
+    """The FastAPI application (imports FastAPI here: the rest of trainplan does not need it)."""
+    from fastapi import Body, FastAPI, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse, Response
+
+    from trainplan.cli.common import dump_json
+
+    app = FastAPI(title="trainplan", docs_url=None, redoc_url=None, openapi_url=None)
+
+    def ok(data: Any) -> Response:
+        # dump_json: infinities (an option that never finishes) become null, so the answer stays valid JSON
+        return Response(dump_json(data), media_type="application/json")
+
+    def error(message: str, status: int = 422) -> JSONResponse:
+        return JSONResponse({"error": message}, status_code=status)
+
+    @app.exception_handler(TrainplanError)
+    async def _user_error(request: Request, exc: TrainplanError) -> JSONResponse:
+        return error(str(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def _bad_body(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        return error(f"request body: {first.get('msg', 'not a JSON object of form fields')}")
+
+    @app.get("/", response_class=HTMLResponse)
+    def index() -> str:
+        return page_html(choices(), DEFAULTS)
+
+    @app.get("/api/choices")
+    def api_choices() -> Response:
+        return ok({"choices": choices(), "defaults": DEFAULTS})
+
+    @app.post("/api/estimate")
+    def api_estimate(form: dict[str, Any] = Body(...)) -> Response:
+        return ok(answer(form))
+
+    @app.post("/api/job.yaml")
+    def api_job_yaml(form: dict[str, Any] = Body(...)) -> PlainTextResponse:
+        mapping, job = job_from_form(form)
+        return PlainTextResponse(job_yaml(mapping), media_type="application/yaml",
+                                 headers={"Content-Disposition": f'attachment; filename="{job.name}.yaml"'})  # fmt: skip
+
+    @app.get("/static/plotly.min.js")
+    def plotly_js() -> Response:
+        path = _plotly_js_path()
+        if path is None:
+            return PlainTextResponse("plotly is not installed: pip install 'trainplan[serve]'", status_code=404)
+        return FileResponse(path, media_type="text/javascript")
+
+    return app
