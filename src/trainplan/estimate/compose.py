@@ -64,6 +64,7 @@ def step_memory(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardwa
         optimizer_temporaries = 0.0
     else:
         optimizer_temporaries = profile.memory.optimizer_temporaries / (n if strategy.shards_optimizer else 1)
+    reserve = profile.memory.reserve_fraction
     mem = step_peak(
         states=states,
         activations=profile.memory.activations,
@@ -74,8 +75,9 @@ def step_memory(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardwa
             comm_buffers_gib=catalog.assumption("nccl_buffers_gib"),
             world_size=n,
         ),
-        fragmentation=catalog.assumption("allocator_fragmentation"),
-        expandable_slack=catalog.assumption("expandable_segments_slack_mib") * 2**20,
+        fragmentation=reserve if reserve is not None else catalog.assumption("allocator_fragmentation"),
+        expandable_fraction=(profile.memory.expandable_reserve_fraction if reserve is not None
+                             else catalog.assumption("allocator_fragmentation_expandable")),  # fmt: skip
         # Gradients outlive a micro-step under accumulation; DeepSpeed keeps its gradient buffers allocated.
         grads_live_in_forward=(micro_steps > 1 or engine is Engine.DEEPSPEED) and not profile.memory.transient_gradients,
     )

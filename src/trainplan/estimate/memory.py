@@ -383,7 +383,7 @@ def step_peak(
     fixed_overhead: float,
     fragmentation: float,
     grads_live_in_forward: bool,
-    expandable_slack: float = 0.0,
+    expandable_fraction: float = 0.0,
 ) -> MemoryBreakdown:
     """Peak of one step: the larger of the two moments that can hold it.
 
@@ -395,7 +395,8 @@ def step_peak(
     During backward, gradients are allocated as activations are freed, so the
     sum of both is never reached.  The caching allocator reserves more than it
     hands out: a fraction of the peak (``fragmentation``), or with expandable
-    segments only ``expandable_slack``; the CUDA context and communicator buffers
+    segments ``expandable_fraction`` (both from estimate/allocator.py's simulation);
+    the CUDA context and communicator buffers
     (``fixed_overhead``) lie outside it.  The peak is reserved + context.
     """
     g_fwd = states.gradients if grads_live_in_forward else 0.0
@@ -418,5 +419,5 @@ def step_peak(
         phase=phase,
         context=fixed_overhead,
         fragmentation=reserve,
-        expandable_slack=min(reserve, expandable_slack),
+        expandable_slack=min(reserve, expandable_fraction * top),
     )

@@ -89,6 +89,8 @@ def profile_from_trace(job: TorchJob | TransformerJob, result: Any, largest: int
             activations=max(0.0, activations - autocast),
             autocast_copies=min(autocast, activations),
             optimizer_temporaries=float(getattr(result, "optimizer_temporary_bytes", 0)),
+            reserve_fraction=getattr(result, "reserve_fraction", None),
+            expandable_reserve_fraction=getattr(result, "expandable_reserve_fraction", None),
         ),
         items_per_sample=tokens,
         throughput_unit="tokens_per_s" if isinstance(job, TransformerJob) else "samples_per_s",

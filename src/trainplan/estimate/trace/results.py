@@ -38,6 +38,8 @@ class TraceResult:
     activation_peak_bytes: int  # highest activations + temporaries during forward and backward
     notes: tuple[str, ...] = ()  # approximations applied, in words
     optimizer_temporary_bytes: int = 0  # highest temporaries during optimizer.step() (foreach buffers)
+    reserve_fraction: float = 0.0  # the caching allocator's reserved beyond allocated at its peak (simulated)
+    expandable_reserve_fraction: float = 0.0  # the same with expandable_segments
 
     @property
     def flops_per_step(self) -> float:

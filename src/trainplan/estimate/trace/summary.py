@@ -15,6 +15,7 @@ from typing import Any
 from torch import nn
 from torch.optim import Optimizer as TorchOptimizer
 
+from trainplan.estimate.allocator import replay_events
 from trainplan.estimate.trace.fake import model_tensors
 from trainplan.estimate.trace.lora import QLORA_NOTE, qlora_bytes
 from trainplan.estimate.trace.memory import Category, Phase, StorageTimeline, replay
@@ -57,6 +58,10 @@ def summarise(
         peak += dequantized - saved
     params = list(model.parameters())
     recompute = watch.probe.flops
+    # the same allocations through PyTorch's caching-allocator rules: what it would reserve (estimate/allocator.py)
+    events = [(key, delta) for key, delta, _ in timeline.events]
+    cached = replay_events(events)
+    expandable = replay_events(events, expandable_segments=True)
     return TraceResult(
         params=sum(p.numel() for p in params),
         trainable_params=sum(p.numel() for p in params if p.requires_grad),
@@ -70,6 +75,8 @@ def summarise(
         activation_peak_bytes=int(activation_peak),
         notes=_notes(prepared, on_cuda=on_cuda, optimizer=optimizer),
         optimizer_temporary_bytes=int(result.optimizer_temporary_bytes),
+        reserve_fraction=cached.fragmentation,
+        expandable_reserve_fraction=expandable.fragmentation,
     )
 
 
