@@ -105,6 +105,8 @@ def _random_estimates(rng: random.Random, n: int) -> list[Estimate]:
 def _oracle_key(objective: Objective):
     if objective is Objective.COST:
         return lambda e: (e.cost_usd, e.hours, e.devices)
+    if objective is Objective.CO2:  # kg CO2e (unknown: last), then cost, then time
+        return lambda e: (e.co2_kg, e.cost_usd, e.hours, e.devices)
     return lambda e: (e.hours, e.cost_usd, e.devices)
 
 

@@ -75,7 +75,7 @@ def test_error_hierarchy() -> None:
 
 def test_enums_are_string_valued_for_json() -> None:
     assert issubclass(trainplan.Strategy, str) and trainplan.Strategy("zero2") is trainplan.Strategy.ZERO2
-    assert issubclass(trainplan.Objective, str) and {o.value for o in trainplan.Objective} == {"cost", "time"}
+    assert issubclass(trainplan.Objective, str) and {o.value for o in trainplan.Objective} == {"cost", "time", "co2"}
     assert issubclass(trainplan.ZeroStage, enum.IntEnum)
     assert trainplan.ZeroStage.STAGE_3 > trainplan.ZeroStage.STAGE_2 > trainplan.ZeroStage.STAGE_1
 

@@ -107,6 +107,31 @@ class TabularRate:
 
 
 @dataclass(frozen=True)
+class GridIntensity:
+    """Carbon intensity of the electricity a cloud region draws (location-based), per kWh."""
+
+    cloud: str
+    region: str
+    location: str
+    kg_co2e_per_kwh: float
+    source: str
+    as_of: str
+
+
+@dataclass(frozen=True)
+class DataCenter:
+    """A cloud's data-centre power figures: PUE and host (CPU, memory) watts (estimate/energy.py)."""
+
+    cloud: str
+    pue: float
+    host_min_w_per_vcpu: float
+    host_max_w_per_vcpu: float
+    ram_w_per_gb: float
+    source: str
+    as_of: str
+
+
+@dataclass(frozen=True)
 class Catalog:
     accelerators: dict[str, Accelerator]
     instances: tuple[Instance, ...]
@@ -116,6 +141,8 @@ class Catalog:
     tabular_rates: dict[tuple[str, str], "TabularRate"] = field(default_factory=dict)
     issues: tuple[CatalogIssue, ...] = field(default=())
     stacks: dict[str, dict[str, Any]] = field(default_factory=dict)  # stacks.yaml: defaults that change memory
+    grid: dict[tuple[str, str], GridIntensity] = field(default_factory=dict)  # (cloud, region) -> grid_intensity.csv row
+    datacenters: dict[str, DataCenter] = field(default_factory=dict)  # cloud -> datacenters.csv row
 
     def assumption(self, key: str) -> float:
         """A documented default (efficiency, overhead) by key; see assumptions.yaml."""
@@ -311,6 +338,29 @@ def _build_rate(row: dict[str, str]) -> TabularRate:
     )
 
 
+GRID_COLUMNS = ("cloud", "region", "location", "grid_kg_co2e_per_kwh", "source", "as_of")
+DATACENTER_COLUMNS = ("cloud", "pue", "host_min_w_per_vcpu", "host_max_w_per_vcpu", "ram_w_per_gb", "source", "as_of")
+
+
+def _build_grid(row: dict[str, str]) -> GridIntensity:
+    value = _req_float(row, "grid_kg_co2e_per_kwh")
+    if value > 2.0:
+        raise _RowError("grid_kg_co2e_per_kwh", f"{value:g} is implausible for kg per kWh (given in g?)")
+    return GridIntensity(_req_str(row, "cloud"), _req_str(row, "region"), (row.get("location") or "").strip(), value,
+                         row["source"].strip(), row["as_of"].strip())  # fmt: skip
+
+
+def _build_datacenter(row: dict[str, str]) -> DataCenter:
+    pue = _req_float(row, "pue")
+    if pue < 1.0:
+        raise _RowError("pue", f"must be >= 1 (facility energy / IT energy), got {pue:g}")
+    lo, hi = _req_float(row, "host_min_w_per_vcpu"), _req_float(row, "host_max_w_per_vcpu")
+    if hi < lo:
+        raise _RowError("host_max_w_per_vcpu", f"{hi:g} below host_min_w_per_vcpu {lo:g}")
+    return DataCenter(_req_str(row, "cloud"), pue, lo, hi, _req_float(row, "ram_w_per_gb", positive=False),
+                      row["source"].strip(), row["as_of"].strip())  # fmt: skip
+
+
 CLOUD_COLUMNS = ("cloud", "billing_increment_s", "billing_minimum_s", "startup_s", "source", "as_of")
 
 
@@ -341,6 +391,14 @@ def load_catalog(data_dir: Path | str = DATA_DIR) -> Catalog:
             d / "tabular_rates.csv", TABULAR_RATE_COLUMNS, _build_rate, lambda r: (r.library, r.device)
         )
         issues += rate_issues
+    grid: list[GridIntensity] = []
+    if (d / "grid_intensity.csv").exists():
+        grid, grid_issues = _read_rows(d / "grid_intensity.csv", GRID_COLUMNS, _build_grid, lambda g: (g.cloud, g.region))
+        issues += grid_issues
+    centers: list[DataCenter] = []
+    if (d / "datacenters.csv").exists():
+        centers, dc_issues = _read_rows(d / "datacenters.csv", DATACENTER_COLUMNS, _build_datacenter, lambda c: c.cloud)
+        issues += dc_issues
     models = _load_yaml(d / "models.yaml")
     assumptions = _load_yaml(d / "assumptions.yaml")
     for key, entry in assumptions.items():
@@ -359,4 +417,6 @@ def load_catalog(data_dir: Path | str = DATA_DIR) -> Catalog:
         assumptions=assumptions,
         tabular_rates={(r.library, r.device): r for r in rates},
         issues=tuple(issues),
+        grid={(g.cloud, g.region): g for g in grid},
+        datacenters={c.cloud: c for c in centers},
     )

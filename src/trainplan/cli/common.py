@@ -36,3 +36,17 @@ def _finite(obj: Any) -> Any:
 def dump_json(obj: Any) -> str:
     """JSON with non-finite numbers as null (valid JSON for every consumer)."""
     return json.dumps(_finite(obj), indent=2)
+
+
+def grid_regions(values: list[str], catalog: Any) -> dict[str, str]:
+    """``--region CLOUD:REGION`` options → {cloud: region} (an unknown region is one clear error)."""
+    from trainplan.errors import SpecError
+    from trainplan.estimate.energy import parse_region
+
+    out: dict[str, str] = {}
+    for v in values:
+        cloud, region = parse_region(v, catalog)
+        if cloud in out and out[cloud] != region:
+            raise SpecError(f"two regions for {cloud}: {out[cloud]} and {region}", field="--region")
+        out[cloud] = region
+    return out

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 
 from trainplan.catalog import find_accelerator, find_instance, get_catalog
-from trainplan.cli.common import dump_json, read_job
+from trainplan.cli.common import dump_json, grid_regions, read_job
 from trainplan.errors import SpecError
 from trainplan.estimate.hardware import Hardware, hardware_for_cpus, hardware_for_gpu, hardware_for_instance
 from trainplan.planner.calibrated import efficiency_lookup
@@ -47,13 +47,15 @@ def estimate_command(
     trace: Annotated[bool, typer.Option("--trace", help="Transformer jobs: trace the real model on the fake device instead of the formulas.")] = False,
     max_micro_batch: Annotated[bool, typer.Option("--max-micro-batch", help="Also find the largest micro-batch (and, for transformers, the longest sequence at micro-batch 1) that fits.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    region: Annotated[Optional[list[str]], typer.Option(help="Grid region for the CO2 figure, CLOUD:REGION (e.g. gcp:europe-west4).")] = None,
 ) -> None:
     """Memory, time and cost of the job on one configuration."""
     job = read_job(job_file)
     hw = _hardware(gpu, gpus, nodes, instance, cpus)
     catalog = get_catalog()
+    regions = grid_regions(region or [], catalog)
     e = estimate_option(job, hw, catalog, strategy=Strategy.parse(strategy) if strategy else None,
-                        efficiency_for=efficiency_lookup(job), trace=trace)  # fmt: skip
+                        efficiency_for=efficiency_lookup(job), trace=trace, regions=regions)  # fmt: skip
     fit = None
     if max_micro_batch:
         if isinstance(job, TabularJob):

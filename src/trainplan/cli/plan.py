@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 
 from trainplan.catalog import get_catalog
-from trainplan.cli.common import dump_json, read_job
+from trainplan.cli.common import dump_json, grid_regions, read_job
 from trainplan.planner.calibrated import efficiency_lookup
 from trainplan.catalog import Catalog
 from trainplan.estimate.result import Estimate
@@ -32,11 +32,14 @@ def plan_command(
     top: Annotated[int, typer.Option(min=1, help="Rows of options and of rejections to show.")] = 10,
     trace: Annotated[bool, typer.Option("--trace", help="Transformer jobs: trace the real model on the fake device instead of the formulas.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+    region: Annotated[Optional[list[str]], typer.Option(help="Grid region for the CO2 of a cloud's options, CLOUD:REGION (e.g. gcp:europe-west4); repeatable.")] = None,
 ) -> None:
     """Estimate every (hardware, strategy) option in the catalog, rank them, explain the rejected."""
     job = read_job(job_file)
     catalog = get_catalog()
-    plan = require_options(plan_job(job, catalog, objective=objective, efficiency_for=efficiency_lookup(job), trace=trace), job)
+    regions = grid_regions(region or [], catalog)
+    plan = require_options(plan_job(job, catalog, objective=objective, efficiency_for=efficiency_lookup(job), trace=trace,
+                                    regions=regions), job)  # fmt: skip
     if json_out:
         typer.echo(dump_json({
             "job": job.name,

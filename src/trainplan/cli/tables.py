@@ -24,6 +24,16 @@ def _money(x: float) -> str:
     return "∞" if x == float("inf") else f"${x:,.2f}" if x < 100 else f"${x:,.0f}"
 
 
+def _kwh(e: Estimate) -> str:
+    k = e.energy.kwh if e.energy else None
+    return "?" if k is None else f"{k:,.1f}" if k < 1000 else f"{k:,.0f}"
+
+
+def _co2(e: Estimate) -> str:
+    c = e.energy.co2_kg if e.energy else None
+    return "?" if c is None else f"{c:,.2f}" if c < 10 else f"{c:,.0f}"
+
+
 def _step(s: float) -> str:
     return "∞" if s == float("inf") else f"{s * 1000:.0f} ms" if s < 1 else f"{s:.2f} s"
 
@@ -41,7 +51,8 @@ def plan_table(plan: Plan, *, top: int, title: str) -> Table:
     t = Table(title=title, title_justify="left", header_style="bold")
     for col, just in (
         ("#", "right"), ("option", "left"), ("devices", "left"), ("strategy", "left"), ("GiB/dev", "right"),
-        ("w/g/o/a/ovh GiB", "right"), ("step", "right"), ("time", "right"), ("cost", "right"), ("", "left"),
+        ("w/g/o/a/ovh GiB", "right"), ("step", "right"), ("time", "right"), ("cost", "right"), ("kWh", "right"),
+        ("kg CO2e", "right"), ("", "left"),
     ):  # fmt: skip
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     cheapest, fastest = plan.cheapest, plan.fastest
@@ -69,6 +80,8 @@ def plan_table(plan: Plan, *, top: int, title: str) -> Table:
             _step(e.step_time_s),
             _hours(e.hours),
             _money(e.cost_usd),
+            _kwh(e),
+            _co2(e),
             " ".join(marks),
         )
     return t
@@ -153,6 +166,13 @@ def estimate_panel(e: Estimate) -> Group:
         t.add_row("MFU", f"{e.mfu:.1%}")
     t.add_row("training time", _hours(e.train_s / 3600) + f" (+ {e.startup_s:.0f} s start-up)")
     t.add_row("cost", _money(e.cost_usd))
+    if e.energy is not None:
+        en = e.energy
+        how = (f"{en.device_w:.0f} W per device at {en.utilisation:.0%} utilisation + host {en.host_w:.0f} W per node, "
+               f"PUE {en.pue:g}") if e.hardware.accelerator else f"host {en.host_w:.0f} W per node, PUE {en.pue:g}"
+        t.add_row("energy", f"{_kwh(e)} kWh ({how})")
+        grid = f"{en.grid_kg_co2e_per_kwh:g} kg/kWh" if en.grid_kg_co2e_per_kwh is not None else "grid unknown"
+        t.add_row("emissions", f"{_co2(e)} kg CO2e ({en.region}, {grid})" + (f" - {en.note}" if en.note else ""))
     for note in e.notes:
         t.add_row("note", note)
     return Group(t)

@@ -8,6 +8,7 @@ from enum import Enum
 from typing import Any
 
 from trainplan.catalog import CloudTerms
+from trainplan.estimate.energy import Energy
 from trainplan.estimate.hardware import Hardware
 from trainplan.estimate.memory import GIB, MemoryBreakdown
 
@@ -104,6 +105,17 @@ class Estimate:
     notes: tuple[str, ...] = ()
     trace: dict[str, Any] | None = None  # what tracing the real model found (params, FLOPs, single-device peak)
     memory_band: float | None = None  # the estimator's measured peak-memory error (fraction); None: not known
+    energy: Energy | None = None  # kWh and kg CO2e of the whole job (estimate/energy.py); the planner attaches it
+
+    @property
+    def energy_kwh(self) -> float:
+        """Facility kWh of the job (inf when unknown, so that it ranks last)."""
+        return self.energy.kwh if self.energy is not None and self.energy.kwh is not None else float("inf")
+
+    @property
+    def co2_kg(self) -> float:
+        """kg CO2e of the job (inf when unknown, so that it ranks last)."""
+        return self.energy.co2_kg if self.energy is not None and self.energy.co2_kg is not None else float("inf")
 
     @property
     def margin_bytes(self) -> float:
@@ -203,6 +215,9 @@ class Estimate:
             },
             "hint": self.hint,
             "notes": list(self.notes),
+            "energy_kwh": self.energy.kwh if self.energy else None,
+            "co2_kg": self.energy.co2_kg if self.energy else None,
+            "energy": self.energy.to_dict() if self.energy else None,
         }
         if self.trace is not None:
             d["trace"] = dict(self.trace)

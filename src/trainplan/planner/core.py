@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from trainplan.catalog import Catalog, get_catalog
 from trainplan.errors import InfeasibleError
 from trainplan.estimate.compose import compose
+from trainplan.estimate.energy import option_energy, step_utilisation
 from trainplan.estimate.hardware import Hardware
 from trainplan.estimate.profile import ProfileSource, StepProfile
 from trainplan.estimate.result import Estimate, Rejection, RejectKind
@@ -28,6 +29,7 @@ MEMORY_KINDS = (RejectKind.DEVICE_MEMORY, RejectKind.HOST_MEMORY)
 class Objective(str, Enum):
     COST = "cost"
     TIME = "time"
+    CO2 = "co2"  # kg CO2e of the whole job (estimate/energy.py)
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,13 @@ class Plan:
 Estimator = Callable[[Hardware, "Strategy | None"], Estimate]
 
 
+def with_energy(e: Estimate, catalog: Catalog, regions: Mapping[str, str] | None = None) -> Estimate:
+    """``e`` with the kWh and kg CO2e of its whole job (``estimate/energy.py``); ``regions``: cloud → grid region."""
+    util = 1.0 if e.kind == "tabular" else step_utilisation(e.time_breakdown, e.step_time_s)
+    energy = option_energy(e.hardware, catalog, train_s=e.train_s, startup_s=e.startup_s, utilisation=util, regions=regions)
+    return replace(e, energy=energy)
+
+
 def job_profile(job: TorchJob | TransformerJob, catalog: Catalog, *, trace: bool = False) -> StepProfile:
     """The job's step profile: the formulas for a transformer, a trace of the real model with ``trace``
     or for a ``kind: torch`` job (which has no formulas)."""
@@ -78,6 +87,7 @@ def make_estimator(
     efficiency_for: Callable[[Hardware], float | None] | None = None,
     trace: bool = False,
     profile: StepProfile | None = None,
+    regions: Mapping[str, str] | None = None,
 ) -> Estimator:
     """A function (hardware, strategy) → Estimate for ``job``; a neural job is profiled (or traced) once.
 
@@ -88,7 +98,7 @@ def make_estimator(
 
         def est_tab(hw: Hardware, strategy: Strategy | None) -> Estimate:
             rate = efficiency_for(hw) if efficiency_for else None
-            return estimate_tabular(job, hw, catalog, ns_per_cell=rate)
+            return with_energy(estimate_tabular(job, hw, catalog, ns_per_cell=rate), catalog, regions)
 
         return est_tab
     if not isinstance(job, (TransformerJob, TorchJob)):
@@ -97,7 +107,7 @@ def make_estimator(
 
     def est(hw: Hardware, strategy: Strategy | None) -> Estimate:
         eff = efficiency_for(hw) if efficiency_for else None
-        return compose(job, prof, hw, strategy or Strategy.SINGLE, catalog, efficiency=eff)
+        return with_energy(compose(job, prof, hw, strategy or Strategy.SINGLE, catalog, efficiency=eff), catalog, regions)
 
     return est
 
@@ -118,6 +128,8 @@ def rank_key(objective: Objective) -> Callable[[Estimate], tuple[float, ...]]:
     """Sort key: the objective first, the other as tie-break, then fewer devices."""
     if objective is Objective.TIME:
         return lambda e: (round(e.hours, 6), round(e.cost_usd, 4), e.devices, _simplicity(e.strategy))
+    if objective is Objective.CO2:
+        return lambda e: (round(e.co2_kg, 4), round(e.cost_usd, 4), round(e.hours, 6), e.devices, _simplicity(e.strategy))
     return lambda e: (round(e.cost_usd, 4), round(e.hours, 6), e.devices, _simplicity(e.strategy))
 
 
@@ -189,6 +201,7 @@ def plan_job(
     efficiency_for: Callable[[Hardware], float | None] | None = None,
     trace: bool = False,
     hints: bool = True,
+    regions: Mapping[str, str] | None = None,
 ) -> Plan:
     """Estimate every catalog option for ``job`` and rank them.
 
@@ -197,7 +210,7 @@ def plan_job(
     cat = catalog or get_catalog()
     obj = Objective(objective)
     profile = None if isinstance(job, TabularJob) else job_profile(job, cat, trace=trace)
-    est = make_estimator(job, cat, efficiency_for=efficiency_for, profile=profile)
+    est = make_estimator(job, cat, efficiency_for=efficiency_for, profile=profile, regions=regions)
     plan = rank((est(hw, s) for hw, s in candidates(job, cat)), job, obj)
     if hints and profile is not None:
         remedies = hint_remedies(job, cat, profile)
@@ -291,13 +304,14 @@ def estimate_option(
     strategy: Strategy | None = None,
     efficiency_for: Callable[[Hardware], float | None] | None = None,
     trace: bool = False,
+    regions: Mapping[str, str] | None = None,
 ) -> Estimate:
     """One configuration in detail: ``strategy`` on ``hw``, or without one the fastest strategy that fits
     (the smallest peak when none does); a memory rejection carries its fit hint."""
     if isinstance(job, TabularJob):
-        return make_estimator(job, catalog, efficiency_for=efficiency_for)(hw, None)
+        return make_estimator(job, catalog, efficiency_for=efficiency_for, regions=regions)(hw, None)
     profile = job_profile(job, catalog, trace=trace)
-    est = make_estimator(job, catalog, efficiency_for=efficiency_for, profile=profile)
+    est = make_estimator(job, catalog, efficiency_for=efficiency_for, profile=profile, regions=regions)
     if strategy is not None:
         e = est(hw, strategy)
     else:
