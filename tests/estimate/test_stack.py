@@ -178,3 +178,22 @@ def test_published_verdicts_use_the_record_stack() -> None:
     assert compare(rec).predicted_fits is True
     assert compare({**rec, "stack": "plain"}).predicted_fits is False
     assert replace  # (dataclasses.replace is used above for estimates)
+
+
+def test_the_trace_honours_the_knobs_it_can_run() -> None:
+    """A chunked loss is traced as chunks (fewer fp32 logits kept); a fused optimizer makes no foreach buffers;
+    what is not eager PyTorch (a fused loss kernel, compile) is named as not traced."""
+    pytest.importorskip("transformers")
+    from trainplan.estimate.torchjob import trace_transformer_job
+
+    arch = {"layers": 2, "hidden": 256, "heads": 4, "ffn_hidden": 688, "vocab": 32000, "max_seq_len": 1024}
+    base = {"kind": "transformer", "model": arch, "seq_len": 1024, "micro_batch": 4, "steps": 1}
+    plain = trace_transformer_job(parse_job(base))
+    tune = trace_transformer_job(parse_job({**base, "stack": "torchtune"}))
+    logits = 4 * 1024 * 32000
+    # at least the fp32 up-cast of 7 of the 8 chunks is gone (4 bytes per logit each)
+    assert plain.memory.activations - tune.memory.activations >= 4 * logits * 7 / 8
+    assert plain.memory.optimizer_temporaries > 0 and tune.memory.optimizer_temporaries == 0
+    foundry = trace_transformer_job(parse_job({**base, "stack": "llm-foundry"}))
+    assert any("not traced" in n and "fused" in n for n in foundry.notes)
+    assert foundry.memory.activations == pytest.approx(plain.memory.activations)

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainplan.catalog import Catalog, resolve_model
+from trainplan.catalog import Catalog, get_catalog, resolve_model
+from trainplan.estimate import architecture as arch_mod
 from trainplan.estimate.compose import compose
 from trainplan.estimate.compute import StepFlops
 from trainplan.estimate.memory import GIB, weight_bytes_per_param
 from trainplan.estimate.profile import Params, ProfileSource, StepMemory, StepProfile
 from trainplan.estimate.result import Estimate, Hardware
+from trainplan.estimate.stack import Knobs, effective_knobs
 from trainplan.model import ModelArch, UnsupportedArchitecture, hf_config
-from trainplan.spec import Method, Optimizer, Precision, TorchJob, TransformerJob
+from trainplan.spec import LossImpl, Method, Optimizer, Precision, TorchJob, TransformerJob
 from trainplan.strategies import Engine, Strategy
 
 
@@ -42,8 +44,23 @@ def _state_elem_bytes(job: TorchJob | TransformerJob) -> float:
     return 2.0 if job.precision is Precision.BF16_PURE else 4.0
 
 
-def profile_from_trace(job: TorchJob | TransformerJob, result: Any, largest: int, *, mfu_width: int | None) -> StepProfile:
-    """The traced single-device step as a :class:`StepProfile` (plain PyTorch conventions, as traced)."""
+# Knobs that are not eager PyTorch: the trace cannot run them, so a traced profile shows eager memory for them.
+UNTRACED_KNOBS = ("compile", "activation_offloading")
+
+
+def profile_from_trace(job: TorchJob | TransformerJob, result: Any, largest: int, *, mfu_width: int | None,
+                       knobs: Knobs | None = None, largest_tensor: int = 0) -> StepProfile:  # fmt: skip
+    """The traced single-device step as a :class:`StepProfile` (plain PyTorch conventions, as traced).
+
+    The stack's knobs apply as far as the trace can honour them: a chunked loss is traced as such (above);
+    a fused optimizer, or one stepping inside backward, makes no foreach temporaries and (in backward) holds
+    no whole gradient; a paged optimizer's state pages out; compile, activation offloading and fused loss
+    kernels are not eager PyTorch and are named in the notes as not traced.
+    """
+    k = knobs or Knobs(stack=job.stack)
+    untraced = [name for name in UNTRACED_KNOBS if getattr(k, name)]
+    if k.loss in (LossImpl.FUSED, LossImpl.FUSED_LINEAR):
+        untraced.append(f"loss {k.loss.value}")
     trainable = result.trainable_params
     frozen_bytes = max(0.0, result.state_bytes.parameters - trainable * weight_bytes_per_param(job.precision, Engine.TORCH))
     # The optimizer state the trace allocated, per trainable parameter: exact for shape-dependent
@@ -83,19 +100,27 @@ def profile_from_trace(job: TorchJob | TransformerJob, result: Any, largest: int
             frozen_bytes=frozen_bytes,
             factored_state_elems=factored,
             largest_block=largest,
+            largest_tensor=largest_tensor,
         ),
         flops=StepFlops(forward=result.flops_forward, backward=result.flops_backward, recompute=result.flops_recompute),
         memory=StepMemory(
             activations=max(0.0, activations - autocast),
             autocast_copies=min(autocast, activations),
-            optimizer_temporaries=float(getattr(result, "optimizer_temporary_bytes", 0)),
+            optimizer_temporaries=0.0 if k.fused_optimizer or k.optimizer_in_backward
+            else float(getattr(result, "optimizer_temporary_bytes", 0)),
+            transient_gradients=k.optimizer_in_backward,
+            pageable_optimizer_state=k.paged_optimizer,
             reserve_fraction=getattr(result, "reserve_fraction", None),
             expandable_reserve_fraction=getattr(result, "expandable_reserve_fraction", None),
         ),
         items_per_sample=tokens,
         throughput_unit="tokens_per_s" if isinstance(job, TransformerJob) else "samples_per_s",
         mfu_width=mfu_width,
-        notes=(f"traced: single-device peak {result.peak_bytes / GIB:.2f} GiB during {result.peak_phase}",) + tuple(result.notes),
+        notes=(f"traced: single-device peak {result.peak_bytes / GIB:.2f} GiB during {result.peak_phase}",)
+        + tuple(result.notes) + k.notes
+        + ((f"not traced (eager memory shown): {', '.join(untraced)}",) if untraced else ()),
+        engines=k.engines,
+        stack=k.stack.value,
         trace=summary,
     )
 
@@ -125,10 +150,13 @@ def trace_torch_job(job: TorchJob) -> StepProfile:
     )
     try:
         with torch.device("meta"):
-            largest = _largest_child_params(build())
+            model = build()
+        largest = _largest_child_params(model)
+        largest_tensor = max((p.numel() for p in model.parameters()), default=0)
     except Exception:  # the trace succeeded; a factory that cannot build on meta only costs the unit size
-        largest = result.params
-    return profile_from_trace(job, result, largest, mfu_width=None)
+        largest = largest_tensor = result.params
+    return profile_from_trace(job, result, largest, mfu_width=None, knobs=effective_knobs(job, get_catalog()),
+                              largest_tensor=largest_tensor)  # fmt: skip
 
 
 def hf_config_for(arch: ModelArch, seq_len: int | None = None) -> dict[str, Any]:
@@ -155,9 +183,18 @@ def trace_transformer_job(job: TransformerJob, catalog: Catalog | None = None) -
     def batch(micro_batch: int) -> list[torch.Tensor]:
         return [torch.randint(0, vocab, (micro_batch, job.seq_len))]
 
+    knobs = effective_knobs(job, catalog or get_catalog())
+    chunks = knobs.loss_chunks if knobs.loss is LossImpl.CHUNKED else 1
+
     def loss(output: Any, inputs: Any) -> torch.Tensor:
+        """Cross-entropy as the stack computes it in eager PyTorch: over all logits up-cast to fp32, or one
+        chunk of the sequence at a time (torchtune CEWithChunkedOutputLoss, LitGPT chunked_cross_entropy)."""
         logits = output.logits if hasattr(output, "logits") else output[0]
-        return F.cross_entropy(logits.float().reshape(-1, vocab), inputs[0].reshape(-1))
+        targets = inputs[0]
+        total = logits.new_zeros((), dtype=torch.float32)
+        for lg, tg in zip(logits.chunk(chunks, dim=1), targets.chunk(chunks, dim=1)):
+            total = total + F.cross_entropy(lg.float().reshape(-1, vocab), tg.reshape(-1), reduction="sum")
+        return total / targets.numel()
 
     result = trace_training_step(
         lambda: build_hf_causal_lm(cfg),
@@ -171,7 +208,8 @@ def trace_transformer_job(job: TransformerJob, catalog: Catalog | None = None) -
         qlora=job.method is Method.QLORA,
     )
     per_layer = result.params // max(1, arch.layers)
-    return profile_from_trace(job, result, per_layer, mfu_width=arch.hidden)
+    largest = max(max(i * o for i, o in arch_mod.linear_shapes(arch).values()), arch.vocab * arch.hidden)
+    return profile_from_trace(job, result, per_layer, mfu_width=arch.hidden, knobs=knobs, largest_tensor=largest)
 
 
 def estimate_traced(

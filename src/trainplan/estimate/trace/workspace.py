@@ -50,6 +50,33 @@ def _blocked_nbytes(t: Any) -> int:
     return _nbytes(t) // max(c, 1) * padded
 
 
+def _im2col_fallback(x: Any) -> bool:
+    """True when a CPU convolution in ``x``'s dtype has no oneDNN kernel on this CPU (see below)."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 4:
+        return False
+    if x.dtype is torch.bfloat16:
+        return not torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    if x.dtype is torch.float16:
+        return not torch.ops.mkldnn._is_mkldnn_fp16_supported()
+    return False
+
+
+def _im2col_workspace(packet: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> int:
+    """Column buffers of PyTorch's im2col (``slow_conv2d``) CPU convolution."""
+    if packet is torch.ops.aten.convolution:
+        x, w, y = args[0], args[1], out
+    else:
+        x, w, y = args[1], args[2], args[0]  # convolution_backward(grad_output, input, weight, ...)
+    n, c_in = int(x.shape[0]), int(x.shape[1])
+    kh, kw = int(w.shape[-2]), int(w.shape[-1])
+    columns = n * c_in * kh * kw * int(y.shape[-2]) * int(y.shape[-1]) * x.element_size()
+    if packet is torch.ops.aten.convolution:
+        return columns
+    # backward fills the input-gradient columns, then (after freeing them) recomputes the input columns for
+    # the weight gradient: one buffer at a time
+    return columns
+
+
 def cpu_convolution_workspace(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> int:
     """Bytes a oneDNN convolution on CPU holds beyond its outputs (NCHW tensors).
 
@@ -65,8 +92,17 @@ def cpu_convolution_workspace(func: Any, args: tuple[Any, ...], kwargs: dict[str
       ``input_blocked`` when ``grad_input`` is computed.
 
     Channels-last tensors need no reorders: 0.
+
+    Where oneDNN has no kernel for the dtype (bf16 / fp16 on a CPU without
+    AVX-512-BF16 / AVX-512-FP16 or AMX — ``torch.ops.mkldnn._is_mkldnn_bf16_supported()``
+    is false), PyTorch falls back to its im2col convolution (``_slow_conv2d_forward``
+    / ``_slow_conv2d_backward``): a column buffer of N × C_in·kH·kW × H_out·W_out
+    elements in forward, and in backward one at a time for the input gradient and
+    then for the weight gradient (PyTorch aten/src/ATen/native/ConvolutionMM2d.cpp).
     """
     packet = getattr(func, "overloadpacket", None)
+    if packet in (torch.ops.aten.convolution, torch.ops.aten.convolution_backward) and _im2col_fallback(args[0]):
+        return _im2col_workspace(packet, args, kwargs, out)
     if packet is torch.ops.aten.convolution:
         x = args[0]
         if not _plain_layout(x):
