@@ -283,6 +283,9 @@ class Row:
     trace_seconds: float = 0.0
     measured_peak_bytes: int | None = None
     peak_error: float | None = None
+    predicted_reserved_bytes: int = 0  # the trace's own allocations through the caching-allocator simulation
+    measured_reserved_bytes: int | None = None  # torch.cuda.max_memory_reserved
+    reserved_error: float | None = None
     measured_step_seconds: float | None = None
     predicted_step_seconds: float | None = None
     time_error: float | None = None
@@ -307,6 +310,7 @@ def trace_config(cfg: Config) -> dict[str, Any]:
     )
     return {
         "peak": r.peak_bytes,
+        "reserved": int(r.peak_bytes * (1 + r.reserve_fraction)),
         "phase": r.peak_phase,
         "flops": r.flops_per_step,
         "seconds": time.perf_counter() - start,
@@ -341,8 +345,8 @@ def trace_all(configs: Sequence[Config], workers: int) -> list[dict[str, Any] | 
 # --------------------------------------------------------------------------- measure
 
 
-def measure_on_gpu(cfg: Config, warmup: int = 2, timed: int = 3) -> tuple[int, float]:
-    """(max_memory_allocated over the timed steps, mean seconds per step) of the real step.
+def measure_on_gpu(cfg: Config, warmup: int = 2, timed: int = 3) -> tuple[int, int, float]:
+    """(max_memory_allocated, max_memory_reserved over the timed steps, mean seconds per step) of the real step.
 
     The model, optimizer and batch are locals: they are freed when this returns
     (the caller then empties the CUDA cache before the next configuration).
@@ -379,14 +383,14 @@ def measure_on_gpu(cfg: Config, warmup: int = 2, timed: int = 3) -> tuple[int, f
     for _ in range(warmup):
         step()
     torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
+    torch.cuda.reset_peak_memory_stats()  # reserved keeps the segments of the warm-up steps, as in training
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     begin.record()
     for _ in range(timed):
         step()
     end.record()
     torch.cuda.synchronize()
-    return torch.cuda.max_memory_allocated(), begin.elapsed_time(end) / 1000 / timed
+    return torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved(), begin.elapsed_time(end) / 1000 / timed
 
 
 def peak_tflops_for(device_name: str, override: float | None) -> float:
@@ -407,6 +411,7 @@ def _fmt_pct(x: float | None) -> str:
 
 def summarize(rows: Sequence[Row]) -> dict[str, Any]:
     mem = [abs(r.peak_error) for r in rows if r.peak_error is not None]
+    res = [abs(r.reserved_error) for r in rows if r.reserved_error is not None]
     tim = [abs(r.time_error) for r in rows if r.time_error is not None and not r.calibration]
     return {
         "measured": len(mem),
@@ -416,6 +421,8 @@ def summarize(rows: Sequence[Row]) -> dict[str, Any]:
         "peak_error_median": statistics.median(mem) if mem else None,
         "peak_error_worst": max(mem) if mem else None,
         "peak_within_10pct": sum(e <= 0.10 for e in mem),
+        "reserved_error_median": statistics.median(res) if res else None,
+        "reserved_within_10pct": sum(e <= 0.10 for e in res),
         "time_error_median": statistics.median(tim) if tim else None,
         "time_error_worst": max(tim) if tim else None,
         "time_within_15pct": sum(e <= 0.15 for e in tim),
@@ -425,15 +432,17 @@ def summarize(rows: Sequence[Row]) -> dict[str, Any]:
 def print_table(rows: Sequence[Row]) -> None:
     gib = 2**30
     print(
-        f"{'configuration':44s} {'pred GiB':>9s} {'meas GiB':>9s} {'err':>7s} {'phase':>9s} "
+        f"{'configuration':44s} {'pred GiB':>9s} {'meas GiB':>9s} {'err':>7s} {'res pred':>9s} {'res meas':>9s} {'err':>7s} {'phase':>9s} "
         f"{'pred ms':>8s} {'meas ms':>8s} {'err':>7s}  status"
     )
     for r in rows:
         meas = "" if r.measured_peak_bytes is None else f"{r.measured_peak_bytes / gib:.2f}"
+        rmeas = "" if r.measured_reserved_bytes is None else f"{r.measured_reserved_bytes / gib:.2f}"
         pms = "" if r.predicted_step_seconds is None else f"{r.predicted_step_seconds * 1e3:.0f}"
         mms = "" if r.measured_step_seconds is None else f"{r.measured_step_seconds * 1e3:.0f}"
         print(
             f"{r.config:44s} {r.predicted_peak_bytes / gib:9.2f} {meas:>9s} {_fmt_pct(r.peak_error):>7s} "
+            f"{r.predicted_reserved_bytes / gib:9.2f} {rmeas:>9s} {_fmt_pct(r.reserved_error):>7s} "
             f"{r.predicted_peak_phase:>9s} {pms:>8s} {mms:>8s} {_fmt_pct(r.time_error):>7s}  "
             f"{r.status}{' (calibration)' if r.calibration else ''}{' ' + r.note if r.note else ''}"
         )
@@ -478,6 +487,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             row.status = "traced"
             row.predicted_peak_bytes, row.predicted_peak_phase = int(t["peak"]), str(t["phase"])
+            row.predicted_reserved_bytes = int(t["reserved"])
             row.flops_per_step, row.trace_seconds, row.breakdown = (
                 float(t["flops"]),
                 float(t["seconds"]),
@@ -501,7 +511,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             failure = ""
             try:
-                peak, seconds = measure_on_gpu(cfg)
+                peak, reserved, seconds = measure_on_gpu(cfg)
             except torch.cuda.OutOfMemoryError:
                 failure = "oom"
             except Exception as exc:  # noqa: BLE001 - recorded per configuration
@@ -514,6 +524,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             row.status = "ok"
             row.measured_peak_bytes, row.measured_step_seconds = peak, seconds
             row.peak_error = (row.predicted_peak_bytes - peak) / peak
+            row.measured_reserved_bytes = reserved
+            row.reserved_error = (row.predicted_reserved_bytes - reserved) / reserved
             if len(achieved) < args.calibrate:
                 achieved.append(row.flops_per_step / seconds / peak_flops)
                 row.calibration = True
