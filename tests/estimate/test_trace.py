@@ -577,12 +577,14 @@ def test_gpu_validate_calibrates_and_reports(tmp_path: Path, monkeypatch: pytest
         module,
         "trace_all",
         lambda cfgs, workers: [
-            {"peak": 10 * 2**30, "phase": "backward", "flops": f, "seconds": 0.1, "breakdown": {}} for f in flops
+            {"peak": 10 * 2**30, "reserved": 11 * 2**30, "phase": "backward", "flops": f, "seconds": 0.1, "breakdown": {}}
+            for f in flops
         ],
     )
-    measured = iter([(10 * 2**30, 2.0), (11 * 2**30, 4.0), (9 * 2**30, 2.2), None, (10 * 2**30, 2.0)])
+    measured = iter([(10 * 2**30, 11 * 2**30, 2.0), (11 * 2**30, 12 * 2**30, 4.0), (9 * 2**30, 10 * 2**30, 2.2), None,
+                     (10 * 2**30, 11 * 2**30, 2.0)])  # fmt: skip
 
-    def fake_measure(cfg: Any) -> tuple[int, float]:
+    def fake_measure(cfg: Any) -> tuple[int, int, float]:
         m = next(measured)
         if m is None:
             raise torch.cuda.OutOfMemoryError("out of memory")
@@ -595,6 +597,7 @@ def test_gpu_validate_calibrates_and_reports(tmp_path: Path, monkeypatch: pytest
     rows = report["rows"]
     assert [r["status"] for r in rows] == ["ok", "ok", "ok", "oom", "ok"]
     assert [r["calibration"] for r in rows] == [True, True, False, False, False]
+    assert rows[1]["reserved_error"] == pytest.approx(11 / 12 - 1) and rows[3]["reserved_error"] is None
     assert report["peak_tflops"] == 989.0
     # 1e15 FLOP in 2 s on a 989 TFLOP/s GPU: 50.6% of peak; both calibration configs agree.
     assert report["efficiency"] == pytest.approx(1e15 / 2.0 / 989e12)
