@@ -38,6 +38,7 @@ class JobKind(str, Enum):
     TRANSFORMER = "transformer"
     TABULAR = "tabular"
     TORCH = "torch"
+    KERAS = "keras"
 
 
 class Task(str, Enum):
@@ -361,13 +362,74 @@ class TorchJob(_NeuralJob):
         return max(1, math.ceil(self.epochs * self.samples / global_batch))
 
 
-Job = Annotated[Union[TransformerJob, TabularJob, TorchJob], Field(discriminator="kind")]
+KERAS_LOSSES = ("mse", "mae", "sparse_categorical_crossentropy", "categorical_crossentropy", "binary_crossentropy")
+
+
+class KerasJob(_NeuralJob):
+    """A Keras 3 model from a factory (``kind: keras``), estimated from the model itself (estimate/keras.py)."""
+
+    kind: Literal[JobKind.KERAS] = JobKind.KERAS
+    model: str  # "pkg.module:factory" returning a keras.Model
+    model_args: dict[str, Any] = {}
+    inputs: tuple[InputSpec, ...]
+    loss: str = "mse"  # a Keras loss name (KERAS_LOSSES) or "pkg.mod:fn" (fn(y_true, y_pred))
+    samples: PositiveInt | None = None  # samples per epoch, for `epochs`
+    epochs: PositiveFloat | None = None
+    precision: Precision = Precision.FP32
+
+    @field_validator("model")
+    @classmethod
+    def _import_path(cls, v: str) -> str:
+        if ":" not in v or not all(v.split(":", 1)):
+            raise ValueError(f"must be an import path 'package.module:factory', got {v!r}")
+        return v
+
+    @field_validator("inputs")
+    @classmethod
+    def _non_empty(cls, v: tuple[InputSpec, ...]) -> tuple[InputSpec, ...]:
+        if not v:
+            raise ValueError("at least one input is needed")
+        return v
+
+    @field_validator("loss")
+    @classmethod
+    def _loss(cls, v: str) -> str:
+        if v not in KERAS_LOSSES and ":" not in v:
+            raise ValueError(f"must be one of {', '.join(KERAS_LOSSES)} or an import path 'pkg.mod:fn', got {v!r}")
+        return v
+
+    @field_validator("optimizer")
+    @classmethod
+    def _keras_optimizer(cls, v: Optimizer) -> Optimizer:
+        if v is Optimizer.ADAM8BIT:
+            raise ValueError("adam8bit is bitsandbytes (PyTorch only); Keras jobs use adamw, sgd, adafactor or lion")
+        return v
+
+    @model_validator(mode="after")
+    def _length(self) -> "KerasJob":
+        if self.steps is None and self.epochs is None:
+            raise ValueError("give steps, or epochs with samples")
+        if self.epochs is not None and self.samples is None:
+            raise ValueError("epochs needs samples (samples per epoch)")
+        if self.stack is not Stack.PLAIN:
+            raise ValueError(f"stack {self.stack.value} is a PyTorch stack; Keras jobs use stack: plain")
+        return self
+
+    def total_steps(self, global_batch: int) -> int:
+        if self.steps is not None:
+            return self.steps
+        assert self.epochs is not None and self.samples is not None
+        return max(1, math.ceil(self.epochs * self.samples / global_batch))
+
+
+Job = Annotated[Union[TransformerJob, TabularJob, TorchJob, KerasJob], Field(discriminator="kind")]
 _JOB_ADAPTER: TypeAdapter[Job] = TypeAdapter(Job)
 
 _MODELS_BY_KIND: dict[str, type[BaseModel]] = {
     "transformer": TransformerJob,
     "tabular": TabularJob,
     "torch": TorchJob,
+    "keras": KerasJob,
 }
 
 # --------------------------------------------------------------------------- loading
@@ -395,7 +457,7 @@ def _fields_at(loc: tuple[Any, ...], kind: str | None) -> list[str]:
 
 def _format_error(err: dict[str, Any], kind: str | None) -> tuple[str, str]:
     """One pydantic error → (field path, message)."""
-    loc = tuple(p for p in err["loc"] if p not in ("transformer", "tabular", "torch"))
+    loc = tuple(p for p in err["loc"] if p not in ("transformer", "tabular", "torch", "keras"))
     # Drop union-branch names pydantic inserts (e.g. 'str', 'ModelArch', 'function-after[...]').
     loc = tuple(p for p in loc if not (isinstance(p, str) and (p[:1].isupper() or "[" in p or p in ("str", "int"))))
     field = ".".join(str(p) for p in loc) or "job"
@@ -434,10 +496,10 @@ def parse_job(data: Any, *, source: str | None = None, catalog: Catalog | None =
         raise SpecError("the job file must be a mapping of field: value", source=source)
     kind = data.get("kind")
     if kind is None:
-        raise SpecError("is required: one of transformer, tabular, torch", field="kind", source=source)
+        raise SpecError("is required: one of transformer, tabular, torch, keras", field="kind", source=source)
     if kind not in _MODELS_BY_KIND:
         raise SpecError(
-            f"must be one of transformer, tabular, torch, got {kind!r}{_did_you_mean(str(kind), list(_MODELS_BY_KIND))}",
+            f"must be one of transformer, tabular, torch, keras, got {kind!r}{_did_you_mean(str(kind), list(_MODELS_BY_KIND))}",
             field="kind",
             source=source,
         )

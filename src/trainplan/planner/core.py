@@ -20,7 +20,7 @@ from trainplan.estimate.result import Estimate, Rejection, RejectKind
 from trainplan.estimate.tabular import estimate_tabular
 from trainplan.estimate.transformer import transformer_profile
 from trainplan.planner.candidates import candidates
-from trainplan.spec import Checkpointing, Job, Method, TabularJob, TorchJob, TransformerJob
+from trainplan.spec import Checkpointing, Job, KerasJob, Method, TabularJob, TorchJob, TransformerJob
 from trainplan.strategies import Strategy, strategies_for
 
 MEMORY_KINDS = (RejectKind.DEVICE_MEMORY, RejectKind.HOST_MEMORY)
@@ -66,9 +66,13 @@ def with_energy(e: Estimate, catalog: Catalog, regions: Mapping[str, str] | None
     return replace(e, energy=energy)
 
 
-def job_profile(job: TorchJob | TransformerJob, catalog: Catalog, *, trace: bool = False) -> StepProfile:
+def job_profile(job: TorchJob | TransformerJob | KerasJob, catalog: Catalog, *, trace: bool = False) -> StepProfile:
     """The job's step profile: the formulas for a transformer, a trace of the real model with ``trace``
-    or for a ``kind: torch`` job (which has no formulas)."""
+    or for a ``kind: torch`` job (which has no formulas), Keras/XLA's analysis for ``kind: keras``."""
+    if isinstance(job, KerasJob):
+        from trainplan.estimate.keras import keras_profile
+
+        return keras_profile(job)
     if isinstance(job, TorchJob):
         from trainplan.estimate.torchjob import trace_torch_job
 
@@ -101,7 +105,7 @@ def make_estimator(
             return with_energy(estimate_tabular(job, hw, catalog, ns_per_cell=rate), catalog, regions)
 
         return est_tab
-    if not isinstance(job, (TransformerJob, TorchJob)):
+    if not isinstance(job, (TransformerJob, TorchJob, KerasJob)):
         raise TypeError(f"unsupported job {type(job).__name__}")
     prof = profile or job_profile(job, catalog, trace=trace)
 

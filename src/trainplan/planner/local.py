@@ -10,7 +10,7 @@ from trainplan.estimate.result import Hardware
 from trainplan.planner.calibrated import efficiency_lookup
 from trainplan.planner.candidates import hardware_for_gpu
 from trainplan.planner.core import make_estimator
-from trainplan.spec import Job, TabularJob
+from trainplan.spec import Job, KerasJob, TabularJob
 from trainplan.strategies import Layout, Strategy
 
 
@@ -39,6 +39,11 @@ def predict_run(job: Job, strategy: str, devices: int, device_kind: str) -> dict
     with a ``note`` saying why.
     """
     catalog = get_catalog()
+    if device_kind.startswith("cpu") and isinstance(job, KerasJob):
+        from trainplan.estimate.keras import keras_profile
+
+        peak = keras_profile(job).trace["single_device_peak_gib"]  # type: ignore[index]
+        return {"peak_gib": peak, "note": "keras on CPU: one replica's step as XLA assigns its buffers; no CPU time model"}
     if device_kind.startswith("cpu"):
         if not isinstance(job, TabularJob):
             return {"note": "no CPU throughput model for neural jobs (trainplan plans them on accelerators)"}

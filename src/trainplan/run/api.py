@@ -180,6 +180,10 @@ def check_job(job: Any, script: Path | None) -> Any:
         resolve_arch,
     )
 
+    if job.kind is JobKind.KERAS:
+        from trainplan.run.workloads.keras import check_keras_job
+
+        return check_keras_job(job)
     check_optimizer(job.optimizer)
     if job.kind is JobKind.TRANSFORMER:
         check_supported(job, resolve_arch(job))
@@ -328,7 +332,7 @@ def calibration_from(summary: RunSummary, job: Any, result: WorkerResult) -> Cal
         tflops = flops_per_token * throughput / summary.devices / 1e12
     if kind is JobKind.TABULAR and result.folds:
         ns_per_cell = tabular_ns_per_cell(job, result)
-    unit = {JobKind.TRANSFORMER: "tokens/s", JobKind.TORCH: "samples/s", JobKind.TABULAR: "rows/s"}[kind]
+    unit = {JobKind.TRANSFORMER: "tokens/s", JobKind.TORCH: "samples/s", JobKind.KERAS: "samples/s", JobKind.TABULAR: "rows/s"}[kind]
     return Calibration(
         hardware_id=summary.hardware_id,
         kind=kind.value,
@@ -393,7 +397,12 @@ def plan_launch(request: RunRequest) -> tuple[Any, Hardware, Option, RunPaths, R
         )
     paths = prepare_run_dir(request.out, job=job_json(job), resume=request.resume, overwrite=request.overwrite)
     config = resolve_config(job, option, paths, request)
-    spec = render(config, script=request.script, script_args=request.script_args, max_restarts=request.max_restarts)
+    if job.kind is JobKind.KERAS and request.script is None:
+        from trainplan.run.workloads.keras import render_keras
+
+        spec = render_keras(config)
+    else:
+        spec = render(config, script=request.script, script_args=request.script_args, max_restarts=request.max_restarts)
     if not paths.job.exists():
         paths.job.write_text(request.job_path.read_text(encoding="utf-8"), encoding="utf-8")
     return job, hw, option, paths, config, spec
