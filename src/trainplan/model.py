@@ -54,6 +54,7 @@ class ModelArch(BaseModel):
     bias: bool = False
     max_seq_len: PositiveInt | None = None
     extra_embedding_params: Annotated[int, Field(ge=0)] = 0
+    dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0  # dropout probability in training (attention and residual)
     params: PositiveInt | None = None  # published count, used as a check
     name: str | None = None
 
@@ -125,6 +126,9 @@ def arch_from_hf_config(cfg: dict[str, Any]) -> ModelArch:
         "tied_embeddings": bool(first("tie_word_embeddings", default=mt in ("gpt2", "t5", "opt", "bert"))),
         "max_seq_len": first("max_position_embeddings", "n_positions", "n_ctx"),
         "name": first("_name_or_path", default=mt or None) or None,
+        # BERT hidden_dropout_prob, GPT-2 resid_pdrop, OPT dropout, T5 dropout_rate, Llama attention_dropout
+        "dropout": float(first("hidden_dropout_prob", "resid_pdrop", "dropout", "dropout_rate", "attention_dropout",
+                               default=0.0) or 0.0),  # fmt: skip
     }
     if cfg.get("head_dim") is not None and cfg["head_dim"] * heads != hidden:
         out["head_dim"] = cfg["head_dim"]
@@ -177,7 +181,7 @@ def hf_config(arch: ModelArch, seq_len: int | None = None) -> dict[str, Any]:
     The same mapping builds the model that ``--trace`` traces and the one
     ``trainplan run`` trains: its position table covers ``seq_len``
     (:meth:`ModelArch.positions`), biases follow ``arch.bias`` on every linear
-    layer, dropout is off and no special tokens are set.
+    layer, dropout is ``arch.dropout`` and no special tokens are set.
     """
     positions = arch.positions(seq_len)
     if hf_model_type(arch) == "llama":
@@ -194,6 +198,7 @@ def hf_config(arch: ModelArch, seq_len: int | None = None) -> dict[str, Any]:
             "tie_word_embeddings": arch.tied_embeddings,
             "attention_bias": arch.bias,
             "mlp_bias": arch.bias,
+            "attention_dropout": arch.dropout,
             "hidden_act": "silu",
             "bos_token_id": None,
             "eos_token_id": None,
@@ -209,9 +214,9 @@ def hf_config(arch: ModelArch, seq_len: int | None = None) -> dict[str, Any]:
         "n_positions": positions,
         "activation_function": "gelu_new",
         "tie_word_embeddings": arch.tied_embeddings,
-        "attn_pdrop": 0.0,
-        "resid_pdrop": 0.0,
-        "embd_pdrop": 0.0,
+        "attn_pdrop": arch.dropout,
+        "resid_pdrop": arch.dropout,
+        "embd_pdrop": arch.dropout,
         "bos_token_id": None,
         "eos_token_id": None,
     }

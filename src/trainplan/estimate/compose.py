@@ -14,9 +14,18 @@ from dataclasses import replace
 
 from trainplan.catalog import Catalog
 from trainplan.estimate.compat import global_batch_of, incompatibility
+from trainplan.estimate.cpu import (
+    cpu_capacity_bytes,
+    cpu_memory,
+    cpu_memory_rejection,
+    cpu_optimizer_temporary_bytes,
+    cpu_step_time,
+    precision_note,
+)
 from trainplan.estimate.memory import (
     GIB,
     MemoryBreakdown,
+    ddp_bucket_bytes,
     framework_overhead_bytes,
     gradient_bytes_per_param,
     model_state_bytes,
@@ -64,6 +73,12 @@ def step_memory(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardwa
         optimizer_temporaries = 0.0
     else:
         optimizer_temporaries = profile.memory.optimizer_temporaries / (n if strategy.shards_optimizer else 1)
+    if hw.accelerator is None:  # CPUs: torch.optim's per-parameter loop (estimate/cpu.py)
+        optimizer_temporaries = cpu_optimizer_temporary_bytes(job.optimizer, optimizer_temporaries, p.largest_tensor)
+    # DDP's buckets live from construction on: at both moments of the peak
+    buckets = ddp_bucket_bytes(strategy, p.trainable * gradient_bytes_per_param(job.precision, engine), n)
+    forward_temporaries += buckets
+    optimizer_temporaries += buckets
     reserve = profile.memory.reserve_fraction
     mem = step_peak(
         states=states,
@@ -81,6 +96,8 @@ def step_memory(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardwa
         # Gradients outlive a micro-step under accumulation; DeepSpeed keeps its gradient buffers allocated.
         grads_live_in_forward=(micro_steps > 1 or engine is Engine.DEEPSPEED) and not profile.memory.transient_gradients,
     )
+    if hw.accelerator is None:  # CPUs: host RAM is the device memory (estimate/cpu.py)
+        return cpu_memory(mem, hw, catalog)
     offloaded = states.host + profile.memory.host_activations
     if offloaded:
         # each rank's offloaded states and activations plus the host process itself (Python, pinned buffers)
@@ -92,6 +109,8 @@ def step_memory(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardwa
 def memory_rejection(mem: MemoryBreakdown, hw: Hardware, catalog: Catalog, source: ProfileSource) -> Rejection | None:
     """Device memory, then host RAM for offload: does the step fit?"""
     acc = hw.accelerator
+    if acc is None:  # CPUs: the step lives in host RAM (estimate/cpu.py)
+        return cpu_memory_rejection(mem, hw, catalog)
     capacity = (acc.memory_gib if acc else 0.0) * GIB
     if mem.peak > capacity:
         states = mem.weights + mem.gradients + mem.optimizer
@@ -159,6 +178,17 @@ def compose(
             rejection = Rejection(RejectKind.MISSING_FIGURE, st.reason)
         if efficiency is not None:
             notes.append(f"efficiency {eff:.2f} from a measured run")
+    else:  # CPUs: the CPU time model (estimate/cpu.py)
+        st = cpu_step_time(
+            hw=hw, strategy=strategy, precision=job.precision, optimizer=job.optimizer, micro_steps=micro_steps,
+            flops_executed=profile.flops.forward + profile.flops.backward + profile.flops.recompute,
+            flops_model=profile.flops.model, activations=profile.memory.activations,
+            trainable_params=profile.params.trainable, adafactor_elems_per_param=profile.params.factored_state_elems,
+        )  # fmt: skip
+        seconds, mfu, breakdown = st.seconds, st.mfu, st.breakdown
+        if st.reason and rejection is None:
+            rejection = Rejection(RejectKind.MISSING_FIGURE, st.reason)
+        notes += [n for n in (precision_note(job.precision, hw), hw.cpu.source if hw.cpu else None) if n]
 
     timing = job_timing(hw, train_s=steps * seconds)
     finite = seconds not in (0.0, float("inf"))
@@ -168,7 +198,7 @@ def compose(
         hardware=hw,
         rejection=rejection,
         memory=mem,
-        capacity_gib=acc.memory_gib if acc else 0.0,
+        capacity_gib=acc.memory_gib if acc else cpu_capacity_bytes(hw, catalog) / GIB,
         step_time_s=seconds,
         steps=steps,
         train_s=timing.train_s,

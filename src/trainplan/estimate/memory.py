@@ -366,6 +366,13 @@ def optimizer_foreach_temporary_bytes(trainable_params: float, optimizer: Optimi
     return 0.0
 
 
+def ddp_bucket_bytes(strategy: Strategy, gradient_bytes: float, world_size: int) -> float:
+    """DistributedDataParallel's all-reduce buckets: flat buffers the size of all gradients, allocated at
+    construction and kept, since by default gradients are copies of the buckets (PyTorch DDP docs,
+    ``gradient_as_bucket_view=False``: "setting it to True saves memory equal to the total gradients size")."""
+    return gradient_bytes if strategy is Strategy.DDP and world_size > 1 else 0.0
+
+
 def framework_overhead_bytes(*, cuda_context_gib: float, comm_buffers_gib: float, world_size: int) -> float:
     """CUDA context + cuBLAS workspace, plus NCCL buffers when there are peers."""
     return (cuda_context_gib + (comm_buffers_gib if world_size > 1 else 0.0)) * GIB

@@ -123,6 +123,9 @@ def compare(rec: dict[str, Any], catalog: Catalog | None = None) -> Comparison |
     # compare like with like: what the source read (allocated, reserved, or the whole device as nvidia-smi shows)
     kind = rec.get("memory_kind", "unknown")
     predicted = {"allocated": e.memory.allocated, "reserved": e.memory.reserved}.get(kind, e.memory.peak)
+    if kind == "nvidia-smi" and rec.get("context_mib"):
+        # the device as nvidia-smi shows it: the allocator's pool plus the context the same source measured
+        predicted = e.memory.reserved + rec["context_mib"] * 2**20
     return Comparison(
         id=rec["id"],
         predicted_tokens_per_s_per_gpu=e.throughput / world if e.throughput else None,

@@ -99,6 +99,7 @@ def block_activation_bytes(job: TransformerJob, arch: ModelArch, knobs: Knobs | 
         flash_attention=_flash(job),
         checkpointing=job.activation_checkpointing,
         compiled=k.compile,
+        dropout=arch.dropout > 0,
     )
     if job.activation_checkpointing is Checkpointing.FULL:
         return checkpointed_activation_bytes(
