@@ -33,6 +33,9 @@ try:  # `trainplan run` lives in trainplan.run (heavier imports happen inside it
     from trainplan.cli.run import run_command
 
     app.command("run")(run_command)
+    from trainplan.cli.launch import launch_command
+
+    app.command("launch")(launch_command)
 except ImportError:  # pragma: no cover - only while the run package is absent
     pass
 

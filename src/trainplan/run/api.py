@@ -225,8 +225,14 @@ def resolve_config(
     option: Option,
     paths: RunPaths,
     request: RunRequest,
+    *,
+    precision: tuple[Precision, tuple[str, ...]] | None = None,
 ) -> RunConfig:
-    """Everything the workers need, decided once."""
+    """Everything the workers need, decided once.
+
+    ``precision`` (the precision and its notes) replaces the choice made from this
+    machine's device — ``trainplan launch`` decides it for the plan's GPUs.
+    """
     base: dict[str, Any] = dict(
         job=job_json(job),
         out_dir=str(paths.root.resolve()),
@@ -251,7 +257,7 @@ def resolve_config(
             f"({global_batch}) must be a multiple of micro_batch × processes ({micro} × {world})", field="global_batch"
         )
     accum = global_batch // (micro * world)
-    precision, notes = _precision(job, option.accelerator, option.strategy)
+    precision, notes = precision or _precision(job, option.accelerator, option.strategy)
     ds = None
     if option.strategy.engine is Engine.DEEPSPEED:
         ds = deepspeed_config(

@@ -26,6 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from trainplan.estimate.memory import (
+    DEEPSPEED_ALLGATHER_BUCKET_ELEMS,
+    DEEPSPEED_MAX_LIVE_PARAMS,
+    DEEPSPEED_PREFETCH_BUCKET_ELEMS,
+    DEEPSPEED_REDUCE_BUCKET_ELEMS,
+)
 from trainplan.files import write_text_atomic
 from trainplan.measure.probe import Accelerator
 from trainplan.run.config import CONFIG_ENV, RunConfig
@@ -72,6 +78,13 @@ def deepspeed_config(
     """
     precision, accelerator = Precision(precision), Accelerator(accelerator)
     zero: dict[str, Any] = {"stage": int(strategy.zero_stage)}
+    # The bucket sizes the memory estimate assumes (estimate/memory.py), not DeepSpeed's defaults.
+    zero["reduce_bucket_size"] = DEEPSPEED_REDUCE_BUCKET_ELEMS
+    if strategy.zero_stage >= 3:
+        zero["stage3_prefetch_bucket_size"] = DEEPSPEED_PREFETCH_BUCKET_ELEMS
+        zero["stage3_max_live_parameters"] = DEEPSPEED_MAX_LIVE_PARAMS
+    else:
+        zero["allgather_bucket_size"] = DEEPSPEED_ALLGATHER_BUCKET_ELEMS
     pin = accelerator is Accelerator.CUDA
     if strategy.offloads_optimizer:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": pin}
@@ -107,9 +120,14 @@ def torchrun_args(
     master_addr: str | None = None,
     master_port: int = 29500,
     rdzv_id: str = "trainplan",
+    python: str | None = None,
 ) -> list[str]:
-    """``python -m torch.distributed.run`` and its options, single- or multi-node."""
-    args = [_python(), "-m", "torch.distributed.run"]
+    """``python -m torch.distributed.run`` and its options, single- or multi-node.
+
+    Several nodes meet at ``master_addr:master_port`` through the c10d rendezvous;
+    ``python`` is the interpreter on the nodes (default: this one).
+    """
+    args = [python or _python(), "-m", "torch.distributed.run"]
     if nnodes == 1 and master_addr is None:
         args += ["--standalone", "--nnodes=1"]
     else:

@@ -1,0 +1,68 @@
+"""``trainplan launch``: the plan handed to the engines people already run.
+
+One module per target, each ``render(plan: LaunchPlan) -> Rendered`` — pure:
+files and argument lists, checked before anything is written.
+:func:`write_rendered` writes them all or none; :func:`submit` runs the
+command (after checking that a cluster address answers).  ``local`` is
+``trainplan run``.
+
+=========  =====================================================================
+torchrun   :mod:`.torchrun` — one command per node, c10d rendezvous, elastic restarts
+deepspeed  :mod:`.deepspeed` — the DeepSpeed launcher, hostfile, ``ds_config.json``
+slurm      :mod:`.slurm` — ``job.sbatch`` (srun + torchrun, ``--time`` from the estimate, requeue)
+ray        :mod:`.ray` — Ray Train driver (TorchTrainer, XGBoost/LightGBM trainers)
+dask       :mod:`.dask` — tabular jobs on Dask (xgboost.dask, LightGBM Dask, joblib)
+skypilot   :mod:`.skypilot` — ``task.yaml`` for ``sky launch`` / ``sky jobs launch``
+horovod    :mod:`.horovod` — ``horovodrun`` for a Horovod script (rendering only)
+=========  =====================================================================
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from pathlib import Path
+from typing import Callable
+
+from trainplan.run.targets.base import Command, LaunchOptions, LaunchPlan, Placement, Rendered, Target
+from trainplan.run.targets.files import LAUNCH_RECORD, write_rendered
+from trainplan.run.targets.plan import LaunchRequest, resolve_launch
+
+__all__ = [
+    "LAUNCH_RECORD",
+    "Command",
+    "LaunchOptions",
+    "LaunchPlan",
+    "LaunchRequest",
+    "Placement",
+    "Rendered",
+    "Target",
+    "prepare",
+    "render",
+    "write_rendered",
+]
+
+
+def _module(target: Target):  # type: ignore[no-untyped-def]
+    if target is Target.LOCAL:
+        raise ValueError("the local target is `trainplan run` (trainplan.run.execute); it renders nothing")
+    return import_module(f"trainplan.run.targets.{target.value}")
+
+
+def render(plan: LaunchPlan) -> Rendered:
+    """The files and commands of ``plan`` for its target (pure; raises on a plan the target cannot run)."""
+    return _module(plan.target).render(plan)
+
+
+def prepare(request: LaunchRequest) -> tuple[LaunchPlan, Rendered]:
+    """Resolve the option and render it — every check done, nothing written."""
+    run_dir: Path | None = None
+    if request.target is Target.SKYPILOT:
+        from trainplan.run.targets.skypilot import remote_run_dir
+        from trainplan.spec import load_job
+
+        run_dir = remote_run_dir(load_job(request.job_path).name)
+    plan = resolve_launch(request, run_dir=run_dir)
+    return plan, render(plan)
+
+
+Renderer = Callable[[LaunchPlan], Rendered]

@@ -1,0 +1,186 @@
+"""From a job and a plan option to a :class:`LaunchPlan`: which option, where it runs, what the workers are told.
+
+The option is the N-th of ``trainplan plan``'s ranking (``--option N``) or the
+configuration named like ``trainplan estimate`` does (``--gpu A100-80GB --gpus 4
+[--nodes M] --strategy zero2``, ``--instance NAME``, ``--cpus N``).  An option
+the planner rejects is not launched.  Everything is checked here, before a
+file is written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainplan.catalog import Catalog, find_accelerator, find_instance, get_catalog
+from trainplan.errors import InfeasibleError, SpecError
+from trainplan.estimate.hardware import Hardware, hardware_for_cpus, hardware_for_gpu, hardware_for_instance
+from trainplan.estimate.result import Estimate
+from trainplan.measure.probe import Accelerator
+from trainplan.planner.calibrated import efficiency_lookup
+from trainplan.planner.core import estimate_option, plan_job, require_options
+from trainplan.run.api import RunRequest, apply_overrides, check_job, resolve_config
+from trainplan.run.choose import Option
+from trainplan.run.predict import Prediction
+from trainplan.run.rundir import RunPaths
+from trainplan.run.targets.base import LaunchOptions, LaunchPlan, Placement, Target
+from trainplan.spec import JobKind, Precision, load_job
+from trainplan.strategies import Engine, Layout, Strategy
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """What the user asked ``trainplan launch`` for."""
+
+    job_path: Path
+    target: Target
+    out: Path
+    option: int | None = None  # the N-th option of the plan's ranking (1-based)
+    gpu: str | None = None
+    gpus: int = 1  # per node
+    nodes: int = 1
+    instance: str | None = None
+    cpus: int | None = None
+    strategy: str | None = None
+    device: str | None = None  # "cpu": rehearse the plan's layout on CPUs (gloo)
+    steps: int | None = None
+    checkpoint_every: int | None = None
+    checkpoint_minutes: float | None = 10.0
+    overwrite: bool = False
+    options: LaunchOptions = field(default_factory=LaunchOptions)
+
+
+def _hardware(request: LaunchRequest, catalog: Catalog) -> Hardware:
+    named = [n for n, v in (("--gpu", request.gpu), ("--instance", request.instance), ("--cpus", request.cpus)) if v is not None]
+    if len(named) > 1:
+        raise SpecError("give one of --gpu NAME, --instance NAME, --cpus N", field="hardware")
+    Layout(gpus_per_node=request.gpus, nodes=request.nodes)  # validates the degrees
+    if request.gpu is not None:
+        return hardware_for_gpu(find_accelerator(request.gpu, catalog), catalog, gpus=request.gpus, nodes=request.nodes)
+    if request.instance is not None:
+        return hardware_for_instance(find_instance(request.instance, catalog), catalog, nodes=request.nodes)
+    if request.cpus is None or request.cpus < 1:
+        raise SpecError(f"must be >= 1, got {request.cpus}", field="--cpus")
+    return hardware_for_cpus(request.cpus, catalog)
+
+
+def choose_estimate(job: Any, request: LaunchRequest, catalog: Catalog) -> Estimate:
+    """The plan option to launch: ``--option N`` of the ranking, or the named configuration."""
+    named = request.gpu is not None or request.instance is not None or request.cpus is not None
+    if request.option is not None and (named or request.strategy):
+        raise SpecError("give --option N, or the hardware (--gpu/--instance/--cpus) and --strategy, not both", field="--option")
+    efficiency = efficiency_lookup(job)
+    if not named:
+        plan = require_options(plan_job(job, catalog, efficiency_for=efficiency, hints=False), job)
+        n = request.option or 1
+        if not 1 <= n <= len(plan.options):
+            raise SpecError(f"the plan has {len(plan.options)} option(s) that fit; got {n}", field="--option")
+        return plan.options[n - 1]
+    strategy = Strategy.parse(request.strategy) if request.strategy else None
+    e = estimate_option(job, _hardware(request, catalog), catalog, strategy=strategy, efficiency_for=efficiency)
+    if not e.fits:
+        raise InfeasibleError(f"the plan rejects {e.hardware.label} with {e.strategy}: {e.reason}", field="--strategy")
+    return e
+
+
+def placement_of(e: Estimate, job: Any, device: str | None) -> Placement:
+    """Nodes, processes per node and device of an option (``device="cpu"`` rehearses a GPU plan on CPUs)."""
+    hw = e.hardware
+    if device not in (None, "cpu", "cuda"):
+        raise SpecError(f"must be cpu or cuda, got {device!r}", field="--device")
+    gpu = hw.accelerator.id if hw.accelerator is not None and hw.accelerator.kind == "gpu" else None
+    if hw.accelerator is not None and gpu is None:
+        raise SpecError(f"{hw.accelerator.id} is not a GPU; launches run on GPUs or CPUs", field="--gpu")
+    tabular = job.kind is JobKind.TABULAR
+    procs = 1 if tabular or gpu is None else hw.layout.gpus_per_node
+    run_on = Accelerator.CUDA if gpu is not None and not tabular else Accelerator.CPU
+    if device == "cuda" and run_on is not Accelerator.CUDA:
+        raise SpecError("the option has no GPU to run on", field="--device")
+    if device == "cpu":
+        run_on = Accelerator.CPU
+    cpus = hw.vcpus_per_node if not (device == "cpu" and gpu is not None) else procs
+    inst = hw.instance
+    spot = bool(job.constraints.spot and inst is not None and inst.spot_price_usd_per_h is not None and inst.cloud != "local")
+    return Placement(
+        nodes=hw.layout.nodes,
+        procs_per_node=procs,
+        device=run_on,
+        cpus_per_node=max(1, cpus),
+        hours=e.hours,
+        label=hw.label,
+        gpu=gpu,
+        instance=inst.name if inst is not None else None,
+        cloud=inst.cloud if inst is not None else None,
+        spot=spot,
+    )
+
+
+def launch_precision(job: Any, placement: Placement, strategy: Strategy, catalog: Catalog) -> tuple[Precision, tuple[str, ...]]:
+    """The precision the workers use on the plan's device (not this machine's)."""
+    asked = getattr(job, "precision", Precision.FP32)
+    if placement.device is not Accelerator.CUDA:
+        note = () if asked is Precision.FP32 else (f"precision {asked.value} runs as fp32 on cpu",)
+        return Precision.FP32, note
+    acc = catalog.accelerators.get(placement.gpu) if placement.gpu else None
+    if asked in (Precision.BF16, Precision.BF16_PURE) and acc is not None and acc.peak_bf16_tflops is None:
+        return Precision.FP16, (f"{acc.id} has no bf16; precision {asked.value} runs as fp16",)
+    if asked is Precision.BF16_PURE and strategy.engine is Engine.DEEPSPEED:
+        return Precision.BF16, ("DeepSpeed keeps fp32 master weights: bf16-pure runs as bf16",)
+    return asked, ()
+
+
+def check_out(out: Path, overwrite: bool) -> None:
+    """``--out`` must be new or empty (or, with ``--overwrite``, a directory trainplan rendered)."""
+    if out.exists() and not out.is_dir():
+        raise SpecError(f"{out} exists and is not a directory; choose another --out", field="--out")
+    if out.is_dir() and any(out.iterdir()):
+        if not overwrite:
+            raise SpecError(f"{out} exists and is not empty; choose another --out or pass --overwrite", field="--out")
+        if not (out / "run.json").exists():
+            raise SpecError(f"{out} was not rendered by trainplan (no run.json); refusing to replace it", field="--overwrite")
+
+
+def resolve_launch(request: LaunchRequest, *, run_dir: Path | None = None) -> LaunchPlan:
+    """The launch plan: option, placement and the workers' configuration; raises before writing anything.
+
+    ``run_dir`` is where the workers write (default: ``request.out``).
+    """
+    catalog = get_catalog()
+    options = request.options
+    job = apply_overrides(load_job(request.job_path), request.steps)
+    checked = check_job(job, options.script)
+    e = choose_estimate(checked, request, catalog)
+    placement = placement_of(e, job, request.device)
+    out = request.out.expanduser().resolve()
+    check_out(out, request.overwrite)
+    tabular = job.kind is JobKind.TABULAR
+    strategy = Strategy.SINGLE if tabular else Strategy(e.strategy)
+    if tabular:
+        from trainplan.run.workloads.tabular import parallelism
+
+        devices, threads = parallelism(job.cv_folds, placement.cpus_per_node)
+    else:
+        devices, threads = placement.world_size, max(1, placement.cpus_per_node // placement.procs_per_node)
+    option = Option(strategy, devices, placement.device, threads, f"plan option {e.hardware.label} {e.strategy}", Prediction())
+    run_request = RunRequest(
+        job_path=request.job_path,
+        out=run_dir or out,
+        checkpoint_every=request.checkpoint_every,
+        checkpoint_minutes=request.checkpoint_minutes,
+        script=options.script,
+        script_args=options.script_args,
+        max_restarts=options.max_restarts,
+    )
+    precision = launch_precision(job, placement, strategy, catalog) if not tabular else None
+    config = resolve_config(job, option, RunPaths(run_dir or out), run_request, precision=precision)
+    return LaunchPlan(
+        target=request.target,
+        job_path=request.job_path,
+        job=job,
+        strategy=strategy,
+        placement=placement,
+        config=config,
+        out=out,
+        options=options,
+    )
