@@ -67,10 +67,16 @@ def errors(d: Any) -> list[dict[str, Any]]:
     return [e for e in d.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
 
 
-def wait(d: Any, cond: Any, timeout: float = 30) -> Any:
+def wait(d: Any, cond: Any, timeout: float = 45) -> Any:
+    """Wait for ``cond``; on a time-out, fail with what the page and its console say (not a bare TimeoutException)."""
+    from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(d, timeout, poll_frequency=0.1).until(cond)
+    try:
+        return WebDriverWait(d, timeout, poll_frequency=0.1).until(cond)
+    except TimeoutException:
+        shown = d.execute_script("const e = document.getElementById('error'); return e ? e.textContent : null;")
+        pytest.fail(f"timed out after {timeout} s on {d.current_url}; plots {drawn_plots(d)}; error box {shown!r}; console {d.get_log('browser')}")
 
 
 def drawn_plots(d: Any) -> dict[str, int]:
@@ -106,7 +112,9 @@ def test_report_opens_offline_with_every_plot(driver: Any, artefacts: Path, job_
         assert set(plots) == expected | ({"memory", "tradeoff"} if source == run_dir else set()), plots
         assert all(n > 0 for n in plots.values()), plots
         assert errors(driver) == []
-        save(driver, artefacts, name, doc=source == job_file)
+        for plot in ("memory", "tradeoff") if source == job_file else ("run-loss",):
+            driver.execute_script(f"document.getElementById('{plot}').scrollIntoView()")
+            save(driver, artefacts, name.replace(".png", f"-{plot}.png"), doc=source == job_file)
 
 
 def _free_port() -> int:

@@ -93,9 +93,10 @@ def test_plots_carry_the_plans_numbers(job_file: Path) -> None:
     assert (chosen["x"][0], chosen["y"][0]) == (pytest.approx(best["hours"]), pytest.approx(best["cost_usd"]))
     front = trade["Pareto front"]
     assert len(front["x"]) == len(plan.pareto) and front["x"] == sorted(front["x"])
-    shapes = figs["tradeoff"]["layout"]["shapes"]
-    assert {(s["x0"], s["x1"]) for s in shapes if s.get("xref") == "x"} == {(1.0, 1.0)}  # deadline line at 1 h
-    assert {(s["y0"], s["y1"]) for s in shapes if s.get("yref") == "y"} == {(30, 30)}  # budget line at $30
+    deadline, budget = trade["deadline 1 h"], trade["budget $30"]
+    assert deadline["x"] == [1.0, 1.0] and budget["y"] == [30, 30]
+    costs = [y for name, t in trade.items() if name not in ("deadline 1 h", "budget $30") for y in t["y"]]
+    assert deadline["y"] == [min(costs + [30]), max(costs + [30])]  # the line spans the data
     assert "over deadline / budget" in trade  # options cut by the constraints are drawn, greyed
 
 

@@ -108,15 +108,16 @@ def tradeoff_figure(options: Sequence[Option], *, deadline_hours: float | None, 
         fig.add_scatter(x=[chosen.data["hours"]], y=[chosen.data["cost_usd"]], mode="markers", name=f"chosen: {chosen.label}",
                         marker={"symbol": "star", "size": 18, "color": "#f2b701", "line": {"width": 1, "color": "#000"}},
                         hovertemplate=f"chosen: {chosen.label} · {chosen.data['strategy']}<br>%{{x:.2f}} h, $%{{y:,.2f}}<extra></extra>")  # fmt: skip
-    if deadline_hours is not None:
-        fig.add_vline(x=deadline_hours, line_dash="dash", line_color="#7b3294",
-                      annotation_text=f"deadline {deadline_hours:g} h", annotation_position="top left")  # fmt: skip
-    if budget_usd is not None:
-        fig.add_hline(y=budget_usd, line_dash="dash", line_color="#2ca02c",
-                      annotation_text=f"budget ${budget_usd:,.0f}", annotation_position="bottom right")  # fmt: skip
     shown = ok + over
     xs = [o.data["hours"] for o in shown] + ([deadline_hours] if deadline_hours else [])
     ys = [o.data["cost_usd"] for o in shown] + ([budget_usd] if budget_usd else [])
+    # constraint lines as traces spanning the data (shapes on log axes would need log10 coordinates)
+    if deadline_hours is not None and ys:
+        fig.add_scatter(x=[deadline_hours, deadline_hours], y=[min(ys), max(ys)], mode="lines", name=f"deadline {deadline_hours:g} h",
+                        line={"dash": "dash", "color": "#7b3294"}, hoverinfo="name")  # fmt: skip
+    if budget_usd is not None and xs:
+        fig.add_scatter(x=[min(xs), max(xs)], y=[budget_usd, budget_usd], mode="lines", name=f"budget ${budget_usd:,.0f}",
+                        line={"dash": "dash", "color": "#2ca02c"}, hoverinfo="name")  # fmt: skip
     return _layout(fig, "Time vs cost (each point an option)", height=480,
                    xaxis={"title": "hours (training + start-up)", "type": _positive_log(xs)},
                    yaxis={"title": "cost, USD", "type": _positive_log(ys)})  # fmt: skip

@@ -152,7 +152,7 @@ def _row(e: Any, rank: int, pareto: bool) -> dict[str, Any]:
 class _Cache:
     """A small thread-safe LRU of answers by job and choices (a form re-sends the same values often)."""
 
-    def __init__(self, size: int = 128) -> None:
+    def __init__(self, size: int = 1024) -> None:
         self._data: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._lock = threading.Lock()
         self._size = size
@@ -197,7 +197,7 @@ def answer(form: Mapping[str, Any], *, top: int = TOP_OPTIONS, cache: bool = Tru
         raise
     except ValueError as exc:  # e.g. a layout the strategy cannot take
         raise SpecError(str(exc).splitlines()[0], field="strategy") from None
-    plan = plan_job(job, catalog, efficiency_for=efficiency_lookup(job))
+    plan = plan_job(job, catalog, efficiency_for=efficiency_lookup(job), hints=False)  # the page shows no fit hints
     out = {
         "job": mapping,
         "job_yaml": job_yaml(mapping),
