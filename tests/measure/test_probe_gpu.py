@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from conftest import TWO_A100_NVLINK, fake_nvml, fake_torch
+from gpu_fakes import TWO_A100_NVLINK, fake_nvml, fake_torch
 
 from trainplan.measure.microbench import plan_benchmarks
 from trainplan.measure.nvml import read_nvml
