@@ -147,7 +147,22 @@ def hlo_matmul_flops(hlo: str) -> float:
                 for operand in _operands(r):
                     if operand in consts:
                         return max(1, int(float(consts[operand].split(")")[0])))
-        return 1
+        return 0
+
+    def init_bound(comp: str, operands: list[str], known: set[int]) -> int:
+        """A loop whose bound is carried in its state (a gradient loop): the scalar constant > 1 in its init
+        tuple, else — a backward loop runs as often as its forward loop — the module's one known trip count."""
+        instrs = {n: (o, d, r) for o, d, r, n in comps[comp]}
+        init = instrs.get(operands[0]) if operands else None
+        if init and init[0] == "tuple":
+            bounds = {int(float(instrs[o][2].split(")")[0])) for o in _operands(init[2])
+                      if o in instrs and instrs[o][0] == "constant" and not instrs[o][1]}  # fmt: skip
+            bounds = {b for b in bounds if b > 1}
+            if len(bounds) == 1:
+                return bounds.pop()
+        return next(iter(known)) if len(known) == 1 else 1
+
+    known_trips = {t for c in comps.values() for o, _, r, _ in c if o == "while" for t in [while_trips(r)] if t > 1}
 
     def cost(name: str, depth: int = 0) -> float:
         if name in memo:
@@ -165,7 +180,8 @@ def hlo_matmul_flops(hlo: str) -> float:
             elif op == "while":
                 body = re.search(r"body=%?([\w.\-]+)", rest)
                 if body:
-                    total += while_trips(rest) * cost(body.group(1), depth + 1)
+                    trips = while_trips(rest) or init_bound(name, operands, known_trips)
+                    total += trips * cost(body.group(1), depth + 1)
             else:
                 for callee in re.findall(r"\bcalls=%?([\w.\-]+)", rest):
                     total += cost(callee, depth + 1)
@@ -268,36 +284,43 @@ def tensorflow_available() -> bool:
     return importlib.util.find_spec("tensorflow") is not None and importlib.util.find_spec("keras") is not None
 
 
+def analyse_keras_jobs(jobs: list[KerasJob], *, timeout_s: float = 900.0) -> list[dict[str, Any]]:
+    """Run the analysis child for ``jobs`` (one process for all that are not cached); raises SpecError with one
+    clear line for the first that fails."""
+    keys = [json.dumps(j.model_dump(mode="json"), sort_keys=True) for j in jobs]
+    todo = [k for k in dict.fromkeys(keys) if k not in _CACHE]
+    if todo:
+        if not tensorflow_available():
+            raise SpecError("kind: keras needs TensorFlow and Keras 3: pip install 'trainplan[tensorflow]'", field="kind")
+        with tempfile.TemporaryDirectory(prefix="trainplan-xla-") as dump:
+            env = dict(os.environ)
+            env.update(
+                KERAS_BACKEND="tensorflow",
+                TF_CPP_MIN_LOG_LEVEL="3",
+                CUDA_VISIBLE_DEVICES="",  # XLA's CPU compile: the analysis is hardware-free
+                XLA_FLAGS=f"--xla_dump_to={dump} --xla_dump_hlo_as_text",
+                PYTHONPATH=os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")]),
+            )
+            payload = "[" + ",".join(todo) + "]"
+            try:
+                proc = subprocess.run([sys.executable, "-m", "trainplan.estimate.keras", payload, dump], env=env,
+                                      capture_output=True, text=True, timeout=timeout_s, check=False)  # fmt: skip
+            except subprocess.TimeoutExpired:
+                raise SpecError(f"analysing the Keras model took longer than {timeout_s:.0f} s", field="model") from None
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("[")]
+        if not lines:
+            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise SpecError(f"analysing the Keras model failed: {tail[:300]}", field="model")
+        for key, out in zip(todo, json.loads(lines[-1])):
+            if "error" in out:
+                raise SpecError(out["error"], field=out.get("field", "model"))
+            _CACHE[key] = out
+    return [_CACHE[k] for k in keys]
+
+
 def analyse_keras_job(job: KerasJob, *, timeout_s: float = 900.0) -> dict[str, Any]:
-    """Run the analysis child for ``job`` (cached per job); raises SpecError with one clear line."""
-    key = json.dumps(job.model_dump(mode="json"), sort_keys=True)
-    if key in _CACHE:
-        return _CACHE[key]
-    if not tensorflow_available():
-        raise SpecError("kind: keras needs TensorFlow and Keras 3: pip install 'trainplan[tensorflow]'", field="kind")
-    with tempfile.TemporaryDirectory(prefix="trainplan-xla-") as dump:
-        env = dict(os.environ)
-        env.update(
-            KERAS_BACKEND="tensorflow",
-            TF_CPP_MIN_LOG_LEVEL="3",
-            CUDA_VISIBLE_DEVICES="",  # XLA's CPU compile: the analysis is hardware-free
-            XLA_FLAGS=f"--xla_dump_to={dump} --xla_dump_hlo_as_text",
-            PYTHONPATH=os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")]),
-        )
-        try:
-            proc = subprocess.run([sys.executable, "-m", "trainplan.estimate.keras", key, dump], env=env,
-                                  capture_output=True, text=True, timeout=timeout_s, check=False)  # fmt: skip
-        except subprocess.TimeoutExpired:
-            raise SpecError(f"analysing {job.model} took longer than {timeout_s:.0f} s", field="model") from None
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if not lines:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise SpecError(f"analysing {job.model} failed: {tail[:300]}", field="model")
-    out = json.loads(lines[-1])
-    if "error" in out:
-        raise SpecError(out["error"], field=out.get("field", "model"))
-    _CACHE[key] = out
-    return out
+    """The analysis of one job (cached per job)."""
+    return analyse_keras_jobs([job], timeout_s=timeout_s)[0]
 
 
 def keras_profile(job: KerasJob) -> StepProfile:
@@ -437,15 +460,18 @@ def _analyse(job: KerasJob, dump: Path) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     from trainplan.errors import TrainplanError
 
-    try:
-        job = KerasJob.model_validate(json.loads(argv[0]))
-        out = _analyse(job, Path(argv[1]))
-    except TrainplanError as exc:
-        out = {"error": Exception.__str__(exc).replace("\n", " "), "field": exc.field or "model"}
-    except Exception as exc:  # the user's factory, its inputs or XLA failed: one line naming it
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
-        out = {"error": f"building or compiling the model failed: {type(exc).__name__}: {first}", "field": "model"}
-    print(json.dumps(out))
+    results = []
+    for data in json.loads(argv[0]):
+        try:
+            job = KerasJob.model_validate(data)
+            out = _analyse(job, Path(argv[1]))
+        except TrainplanError as exc:
+            out = {"error": Exception.__str__(exc).replace("\n", " "), "field": exc.field or "model"}
+        except Exception as exc:  # the user's factory, its inputs or XLA failed: one line naming it
+            first = (str(exc).strip().splitlines() or [""])[0][:300]
+            out = {"error": f"building or compiling {data.get('model')} failed: {type(exc).__name__}: {first}", "field": "model"}
+        results.append(out)
+    print(json.dumps(results))
     return 0
 
 
