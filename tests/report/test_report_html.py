@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
-from trainplan import load_job
+pytest.importorskip("plotly", reason="the report extra: pip install -e '.[report]'")
+
+from trainplan import load_job  # noqa: E402
 from trainplan.cli.main import main
 from trainplan.report import figures as F
 from trainplan.report.html import figure_options, plan_for, render_report, report_input

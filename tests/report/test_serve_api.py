@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fastapi.testclient import TestClient
+
+pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve,test]'")
+pytest.importorskip("httpx", reason="FastAPI's test client needs httpx: pip install -e '.[test]'")
+from fastapi.testclient import TestClient  # noqa: E402
 
 from trainplan import SpecError, load_job, parse_job, plan_job
 from trainplan.cli.main import main
