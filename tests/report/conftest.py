@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 import yaml
@@ -22,11 +23,13 @@ JOB = {
 }
 
 
-@pytest.fixture(autouse=True)
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    h = tmp_path / "home"
-    monkeypatch.setenv("TRAINPLAN_HOME", str(h))
-    return h
+@pytest.fixture(autouse=True, scope="session")
+def empty_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """An empty TRAINPLAN_HOME for the session: no saved profile or calibration of the user's changes a plan."""
+    with pytest.MonkeyPatch.context() as mp:
+        home = tmp_path_factory.mktemp("trainplan-home")
+        mp.setenv("TRAINPLAN_HOME", str(home))
+        yield home
 
 
 @pytest.fixture
