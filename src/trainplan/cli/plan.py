@@ -15,6 +15,7 @@ from trainplan.catalog import Catalog
 from trainplan.estimate.result import Estimate
 from trainplan.planner.core import Objective, Plan, plan_job, require_options
 from trainplan.planner.fit import micro_batch_fit
+from trainplan.planner.this_machine import measured_rate_lookup
 from trainplan.spec import Job, TabularJob
 from trainplan.cli.tables import plan_table, rejected_table, tradeoff_text
 
@@ -38,7 +39,7 @@ def plan_command(
     job = read_job(job_file)
     catalog = get_catalog()
     regions = grid_regions(region or [], catalog)
-    plan = require_options(plan_job(job, catalog, objective=objective, efficiency_for=efficiency_lookup(job), trace=trace,
+    plan = require_options(plan_job(job, catalog, objective=objective, efficiency_for=measured_rate_lookup(job, fallback=efficiency_lookup(job)), trace=trace,
                                     regions=regions), job)  # fmt: skip
     if json_out:
         typer.echo(dump_json({
