@@ -234,7 +234,10 @@ def test_plan_json_shape(capsys) -> None:
         assert o["tokens_per_s"] > 0 and 0 < o["mfu"] < 1
         assert o["memory"]["peak_gib"] <= o["memory"]["capacity_gib"]
         assert o["hours"] == pytest.approx((o["train_s"] + o["startup_s"]) / 3600)
-        assert o["count"] >= 1 and o["nodes"] >= 1 and o["accelerator"] in get_catalog().accelerators
+        if o["accelerator"] is None:  # a CPU machine (estimate/cpu.py): one process on every core
+            assert o["count"] == 0 and o["nodes"] == 1 and o["strategy"] == "single" and o["vcpus"] >= 1
+        else:
+            assert o["count"] >= 1 and o["nodes"] >= 1 and o["accelerator"] in get_catalog().accelerators
     for r in out["rejected"]:
         _check_option_shape(r)
         assert r["fits"] is False and r["reason"]
@@ -382,7 +385,7 @@ def test_estimate_tabular_on_several_gpus_is_rejected(capsys) -> None:
 
 def test_estimate_transformer_on_cpus_is_rejected(capsys) -> None:
     e = _estimate(capsys, REF, "--cpus", "64")
-    assert e["fits"] is False and "accelerator" in e["reason"]
+    assert e["fits"] is False and "host RAM" in e["reason"] and e["rejection"]["kind"] == "host-memory"
 
 
 def test_estimate_panel(capsys) -> None:

@@ -21,6 +21,7 @@ from trainplan.estimate.memory import GIB, MemoryBreakdown
 from trainplan.estimate.result import Estimate, Hardware, Rejection, RejectKind, billed_seconds
 from trainplan.estimate.tabular import estimate_tabular
 from trainplan.estimate.transformer import estimate_transformer
+from trainplan.estimate.hardware import hardware_for_instance_cpus
 from trainplan.planner.candidates import hardware_for_gpu, hardware_for_instance
 from trainplan.planner.core import pareto_front, rank, rank_key, require_options
 from trainplan.strategies import Layout, Strategy
@@ -283,6 +284,9 @@ def test_plan_job_transformer_single_node_options_match_brute_force(seed: int) -
 
     # brute force over every instance × every strategy on one node (invalid pairs reject themselves)
     brute = [estimate_transformer(job, hardware_for_instance(i, cat), s, cat) for i in cat.instances for s in Strategy]
+    # and the CPUs of each owned machine, one process on every core (planner/candidates.py, estimate/cpu.py)
+    brute += [estimate_transformer(job, hardware_for_instance_cpus(i, cat), Strategy.SINGLE, cat)
+              for i in cat.instances if i.cloud == "local"]  # fmt: skip
     brute_fit = {(e.hardware.label, e.strategy) for e in brute if e.fits}
     planned_single_node = {(e.hardware.label, e.strategy) for e in plan.options if e.hardware.layout.nodes == 1}
     assert planned_single_node == brute_fit

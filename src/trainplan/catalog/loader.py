@@ -132,6 +132,31 @@ class DataCenter:
 
 
 @dataclass(frozen=True)
+class Cpu:
+    """A CPU model (``cpus.csv``): what the CPU time model (``estimate/cpu.py``) needs, per core and per socket."""
+
+    model: str  # the ``cpu_model`` text of the instances that carry it (instances.csv), matched exactly
+    vendor: str
+    microarchitecture: str
+    isa: str  # widest vector / matrix extension: avx2 | avx512 | avx512+amx
+    cores_per_socket: int
+    threads_per_core: int  # hardware threads per core (a cloud vCPU is one of them)
+    all_core_ghz: float  # sustained all-core clock
+    fp32_flops_per_cycle_per_core: float
+    bf16_flops_per_cycle_per_core: float | None  # None: no bf16 units (bf16 runs through the fp32 units)
+    fp16_flops_per_cycle_per_core: float | None  # None: no fp16 arithmetic units
+    mem_bw_gb_s_per_socket: float  # peak DRAM bandwidth: channels x transfer rate x 8 bytes
+    source: str
+    as_of: str
+
+    def peak_flops_per_core(self, dtype: str) -> float | None:
+        """Peak FLOP/s of one core for a matmul dtype ('fp32', 'bf16', 'fp16'); None when it has no units for it."""
+        per_cycle = {"fp32": self.fp32_flops_per_cycle_per_core, "bf16": self.bf16_flops_per_cycle_per_core,
+                     "fp16": self.fp16_flops_per_cycle_per_core}.get(dtype)  # fmt: skip
+        return per_cycle * self.all_core_ghz * 1e9 if per_cycle else None
+
+
+@dataclass(frozen=True)
 class Catalog:
     accelerators: dict[str, Accelerator]
     instances: tuple[Instance, ...]
@@ -143,6 +168,7 @@ class Catalog:
     stacks: dict[str, dict[str, Any]] = field(default_factory=dict)  # stacks.yaml: defaults that change memory
     grid: dict[tuple[str, str], GridIntensity] = field(default_factory=dict)  # (cloud, region) -> grid_intensity.csv row
     datacenters: dict[str, DataCenter] = field(default_factory=dict)  # cloud -> datacenters.csv row
+    cpus: dict[str, Cpu] = field(default_factory=dict)  # cpu_model -> cpus.csv row (estimate/cpu.py)
 
     def assumption(self, key: str) -> float:
         """A documented default (efficiency, overhead) by key; see assumptions.yaml."""
@@ -361,6 +387,45 @@ def _build_datacenter(row: dict[str, str]) -> DataCenter:
                       row["source"].strip(), row["as_of"].strip())  # fmt: skip
 
 
+CPU_COLUMNS = (
+    "cpu_model", "vendor", "microarchitecture", "isa", "cores_per_socket", "threads_per_core", "all_core_ghz",
+    "fp32_flops_per_cycle_per_core", "bf16_flops_per_cycle_per_core", "fp16_flops_per_cycle_per_core",
+    "mem_bw_gb_s_per_socket", "source", "as_of",
+)  # fmt: skip
+MAX_PLAUSIBLE_CPU_GHZ = 7.0  # no server or desktop part sustains more on all cores; more means MHz or a typo
+MAX_PLAUSIBLE_FLOPS_PER_CYCLE = 4096.0  # AMX bf16 is 1024 per core; more means per socket or per chip
+
+
+def _build_cpu(row: dict[str, str]) -> Cpu:
+    ghz = _req_float(row, "all_core_ghz")
+    if ghz > MAX_PLAUSIBLE_CPU_GHZ:
+        raise _RowError("all_core_ghz", f"{ghz:g} is implausible for GHz (given in MHz?)")
+    per_cycle = {}
+    for key in ("fp32_flops_per_cycle_per_core", "bf16_flops_per_cycle_per_core", "fp16_flops_per_cycle_per_core"):
+        value = _req_float(row, key) if key.startswith("fp32") else _opt_float(row, key)
+        if value is not None and not 0 < value <= MAX_PLAUSIBLE_FLOPS_PER_CYCLE:
+            raise _RowError(key, f"{value:g} is implausible per core per cycle (0 < x <= {MAX_PLAUSIBLE_FLOPS_PER_CYCLE:g})")
+        per_cycle[key] = value
+    threads = int(_req_float(row, "threads_per_core"))
+    if threads not in (1, 2, 4, 8):
+        raise _RowError("threads_per_core", f"must be 1, 2, 4 or 8, got {threads}")
+    return Cpu(
+        model=_req_str(row, "cpu_model"),
+        vendor=_req_str(row, "vendor"),
+        microarchitecture=(row.get("microarchitecture") or "").strip(),
+        isa=_req_str(row, "isa"),
+        cores_per_socket=int(_req_float(row, "cores_per_socket")),
+        threads_per_core=threads,
+        all_core_ghz=ghz,
+        fp32_flops_per_cycle_per_core=per_cycle["fp32_flops_per_cycle_per_core"],
+        bf16_flops_per_cycle_per_core=per_cycle["bf16_flops_per_cycle_per_core"],
+        fp16_flops_per_cycle_per_core=per_cycle["fp16_flops_per_cycle_per_core"],
+        mem_bw_gb_s_per_socket=_req_float(row, "mem_bw_gb_s_per_socket"),
+        source=row["source"].strip(),
+        as_of=row["as_of"].strip(),
+    )
+
+
 CLOUD_COLUMNS = ("cloud", "billing_increment_s", "billing_minimum_s", "startup_s", "source", "as_of")
 
 
@@ -399,6 +464,10 @@ def load_catalog(data_dir: Path | str = DATA_DIR) -> Catalog:
     if (d / "datacenters.csv").exists():
         centers, dc_issues = _read_rows(d / "datacenters.csv", DATACENTER_COLUMNS, _build_datacenter, lambda c: c.cloud)
         issues += dc_issues
+    cpus: list[Cpu] = []
+    if (d / "cpus.csv").exists():
+        cpus, cpu_issues = _read_rows(d / "cpus.csv", CPU_COLUMNS, _build_cpu, lambda c: c.model)
+        issues += cpu_issues
     models = _load_yaml(d / "models.yaml")
     assumptions = _load_yaml(d / "assumptions.yaml")
     for key, entry in assumptions.items():
@@ -419,4 +488,5 @@ def load_catalog(data_dir: Path | str = DATA_DIR) -> Catalog:
         issues=tuple(issues),
         grid={(g.cloud, g.region): g for g in grid},
         datacenters={c.cloud: c for c in centers},
+        cpus={c.model: c for c in cpus},
     )

@@ -11,10 +11,11 @@ from rich.console import Console
 from trainplan.catalog import find_accelerator, find_instance, get_catalog
 from trainplan.cli.common import dump_json, grid_regions, read_job
 from trainplan.errors import SpecError
-from trainplan.estimate.hardware import Hardware, hardware_for_cpus, hardware_for_gpu, hardware_for_instance
+from trainplan.estimate.hardware import Hardware, hardware_for_gpu, hardware_for_instance
 from trainplan.planner.calibrated import efficiency_lookup
 from trainplan.planner.core import estimate_option
 from trainplan.planner.fit import micro_batch_fit
+from trainplan.planner.local import cpus_hardware
 from trainplan.spec import TabularJob
 from trainplan.cli.tables import estimate_panel
 from trainplan.strategies import Layout, Strategy
@@ -33,7 +34,7 @@ def _hardware(gpu: str | None, gpus: int, nodes: int, instance: str | None, cpus
     assert cpus is not None
     if cpus < 1:
         raise SpecError(f"must be >= 1, got {cpus}", field="--cpus")
-    return hardware_for_cpus(cpus, catalog)
+    return cpus_hardware(cpus, catalog)  # as fast as this machine's cores when `trainplan probe` measured them
 
 
 def estimate_command(

@@ -8,6 +8,7 @@ are the composer's (``compose.py``); tabular jobs have their own rules
 
 from __future__ import annotations
 
+from trainplan.estimate.cpu import cpu_incompatibility
 from trainplan.estimate.profile import StepProfile
 from trainplan.estimate.result import Hardware, Rejection, RejectKind
 from trainplan.spec import Method, Optimizer, TorchJob, TransformerJob
@@ -27,17 +28,19 @@ def incompatibility(job: TorchJob | TransformerJob, hw: Hardware, strategy: Stra
     if profile is not None and strategy.engine not in profile.engines:
         runs = ", ".join(e.value for e in profile.engines)
         return Rejection(RejectKind.PLATFORM, f"stack {profile.stack} does not run {strategy.engine.value} ({strategy.value}); it runs {runs}")
-    if acc is None:
-        return Rejection(RejectKind.NO_DEVICE, "training a neural network here needs an accelerator; this option has CPUs only")
+    if acc is None:  # CPUs: their own rules (estimate/cpu.py), then the batch rules below
+        cpu_rejection = cpu_incompatibility(job, hw, strategy)
+        if cpu_rejection is not None:
+            return cpu_rejection
     if strategy.multi_device_only and layout.world_size == 1:
         return Rejection(RejectKind.LAYOUT, f"{strategy.value} needs more than one device")
     if strategy is Strategy.SINGLE and layout.world_size > 1:
         return Rejection(RejectKind.LAYOUT, "single uses one device; pick ddp, zero*, or fsdp for several")
     half = job.precision.half
-    if half and acc.peak_tflops(half) is None:
+    if half and acc is not None and acc.peak_tflops(half) is None:
         alt = "fp16" if acc.peak_fp16_tflops else "fp32"
         return Rejection(RejectKind.PRECISION, f"{acc.id} has no {half} tensor cores; use precision: {alt}")
-    if acc.kind == "tpu":
+    if acc is not None and acc.kind == "tpu":
         if strategy.engine is Engine.DEEPSPEED:
             return Rejection(RejectKind.PLATFORM, "DeepSpeed does not run on TPUs; use fsdp or ddp (PyTorch/XLA)")
         qlora = isinstance(job, TransformerJob) and job.method is Method.QLORA

@@ -97,7 +97,7 @@ def step_memory(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardwa
         grads_live_in_forward=(micro_steps > 1 or engine is Engine.DEEPSPEED) and not profile.memory.transient_gradients,
     )
     if hw.accelerator is None:  # CPUs: host RAM is the device memory (estimate/cpu.py)
-        return cpu_memory(mem, hw, catalog)
+        return cpu_memory(mem, hw, catalog, hugging_face=isinstance(job, TransformerJob))
     offloaded = states.host + profile.memory.host_activations
     if offloaded:
         # each rank's offloaded states and activations plus the host process itself (Python, pinned buffers)

@@ -2,11 +2,69 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from trainplan.catalog import Accelerator, Catalog, CloudTerms, Instance
+from trainplan.catalog.loader import Cpu
 from trainplan.errors import CatalogError
 from trainplan.strategies import Layout
+
+
+@dataclass(frozen=True)
+class CpuRates:
+    """An option's CPU cores as the CPU time model (``estimate/cpu.py``) sees them, all cores together.
+
+    Either the spec of a ``cpus.csv`` row × the default efficiencies (:func:`cpu_rates_from_spec`) or what
+    ``trainplan probe`` measured on this machine (``planner/local.py``).  ``matmul`` holds the achieved
+    FLOP/s per dtype the cores have units for (``fp32`` always); ``peak`` the spec peak (the MFU denominator).
+    """
+
+    matmul: tuple[tuple[str, float], ...]  # (dtype, achieved FLOP/s over all cores)
+    peak: tuple[tuple[str, float], ...]  # (dtype, peak FLOP/s over all cores); the measured rate when no spec is known
+    mem_bw_bytes_s: float  # achieved streaming bandwidth (STREAM copy counts read + write bytes)
+    cores: float  # physical cores (or, measured, the threads the probe used)
+    source: str
+    measured: bool = False
+    runtime_overhead_bytes: float | None = None  # measured on this machine; None: the catalog default
+
+    def rate(self, dtype: str) -> float | None:
+        """Achieved matmul FLOP/s for ``dtype``; None when the cores have no units for it."""
+        return dict(self.matmul).get(dtype)
+
+    def peak_rate(self, dtype: str) -> float | None:
+        return dict(self.peak).get(dtype) or self.rate(dtype)
+
+
+def physical_cpu_cores(vcpus: float, cpu: Cpu) -> float:
+    """Physical cores behind ``vcpus``: a cloud vCPU is one hardware thread (AWS "CPU options": 2 threads per
+    core on x86 instances; GCP and Azure alike), so cores = vCPUs / threads per core."""
+    return max(1.0, vcpus / cpu.threads_per_core)
+
+
+def cpu_rates_from_spec(cpu: Cpu, vcpus: float, catalog: Catalog) -> CpuRates:
+    """The spec of ``cpu`` for ``vcpus`` vCPUs × the default efficiencies (``cpu_matmul_efficiency``,
+    ``cpu_mem_bw_efficiency`` in assumptions.yaml, each with its source).
+
+    Matmul peak = cores × FLOPs/cycle/core (vector or matrix units, cpus.csv) × all-core clock.  Memory
+    bandwidth = the socket's DRAM bandwidth × the option's share of the socket's cores (a VM gets the
+    channels of the cores it holds; several sockets when it holds more cores than one socket has).
+    """
+    cores = physical_cpu_cores(vcpus, cpu)
+    eff = catalog.assumption("cpu_matmul_efficiency")
+    peak = tuple((dt, cores * f) for dt in ("fp32", "bf16", "fp16") if (f := cpu.peak_flops_per_core(dt)))
+    bw = cpu.mem_bw_gb_s_per_socket * 1e9 * cores / cpu.cores_per_socket * catalog.assumption("cpu_mem_bw_efficiency")
+    return CpuRates(
+        matmul=tuple((dt, f * eff) for dt, f in peak),
+        peak=peak,
+        mem_bw_bytes_s=bw,
+        cores=cores,
+        source=f"{cpu.model}: cpus.csv spec ({cpu.as_of}) x default efficiency {eff:g}",
+    )
+
+
+def _spec_rates(cpu_model: str, vcpus: float, catalog: Catalog) -> CpuRates | None:
+    row = catalog.cpus.get(cpu_model)
+    return cpu_rates_from_spec(row, vcpus, catalog) if row is not None else None
 
 
 @dataclass(frozen=True)
@@ -25,11 +83,14 @@ class Hardware:
     cloud: str
     terms: CloudTerms | None
     cpu_model: str = ""
+    cpu: CpuRates | None = None  # the cores as the CPU time model sees them (None: no cpus.csv row, not measured)
 
     @property
     def label(self) -> str:
         if self.instance is not None:
             base = f"{self.instance.cloud}:{self.instance.name}"
+            if self.instance.accelerator and self.accelerator is None:
+                base += " CPUs"  # the CPUs of a machine that also has GPUs
         elif self.accelerator is not None:
             base = f"{self.layout.gpus_per_node}x{self.accelerator.id}"
         else:
@@ -59,7 +120,16 @@ def hardware_for_instance(inst: Instance, catalog: Catalog, *, nodes: int = 1, s
         cloud=inst.cloud,
         terms=catalog.clouds.get(inst.cloud),
         cpu_model=inst.cpu_model,
+        cpu=_spec_rates(inst.cpu_model, inst.vcpus, catalog),
     )
+
+
+def hardware_for_instance_cpus(inst: Instance, catalog: Catalog) -> Hardware:
+    """The CPUs of ``inst`` alone (a workstation whose GPUs are left idle): one process on every core,
+    priced as the instance."""
+    hw = hardware_for_instance(inst, catalog)
+    return replace(hw, layout=Layout(1, 1), accelerator=None, intra_node_bw_gb_s=None,
+                   price_note=hw.price_note + "; CPUs only")  # fmt: skip
 
 
 def hardware_for_gpu(acc: Accelerator, catalog: Catalog, *, gpus: int, nodes: int = 1) -> Hardware:
@@ -92,8 +162,13 @@ def hardware_for_gpu(acc: Accelerator, catalog: Catalog, *, gpus: int, nodes: in
     )
 
 
-def hardware_for_cpus(vcpus: int, catalog: Catalog) -> Hardware:
-    """``vcpus`` without a named instance, priced at the cheapest catalog CPU rate per vCPU."""
+def hardware_for_cpus(vcpus: int, catalog: Catalog, *, cpu: CpuRates | None = None,
+                      cpu_model: str | None = None) -> Hardware:  # fmt: skip
+    """``vcpus`` without a named instance, priced at the cheapest catalog CPU rate per vCPU.
+
+    The cores are the reference instance's CPU (its cpus.csv spec) unless ``cpu`` gives measured rates
+    (this machine, ``planner/local.py``) for ``cpu_model``.
+    """
     rows = [i for i in catalog.instances if i.is_cpu_only and i.cloud != "local"]
     if not rows:
         raise CatalogError("no CPU-only instance in the catalog", field="--cpus")
@@ -111,5 +186,6 @@ def hardware_for_cpus(vcpus: int, catalog: Catalog) -> Hardware:
         network_gbps=ref.network_gbps,
         cloud=ref.cloud,
         terms=catalog.clouds.get(ref.cloud),
-        cpu_model=ref.cpu_model,
+        cpu_model=cpu_model or ref.cpu_model,
+        cpu=cpu if cpu is not None else _spec_rates(ref.cpu_model, vcpus, catalog),
     )

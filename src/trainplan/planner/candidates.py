@@ -5,9 +5,16 @@ from __future__ import annotations
 from typing import Iterator
 
 from trainplan.catalog import Catalog, Instance
-from trainplan.estimate.hardware import Hardware, hardware_for_cpus, hardware_for_gpu, hardware_for_instance
+from trainplan.estimate.hardware import (
+    Hardware,
+    hardware_for_cpus,
+    hardware_for_gpu,
+    hardware_for_instance,
+    hardware_for_instance_cpus,
+)
+from trainplan.planner.local import with_measured_cpu
 from trainplan.planner.this_machine import this_machine_candidates
-from trainplan.spec import Constraints, Job, TabularJob
+from trainplan.spec import Constraints, Job, TabularJob, TorchJob, TransformerJob
 from trainplan.strategies import Strategy, strategies_for
 
 __all__ = ["NODE_COUNTS", "candidates", "hardware_for_cpus", "hardware_for_gpu", "hardware_for_instance"]
@@ -34,6 +41,8 @@ def candidates(job: Job, catalog: Catalog) -> Iterator[tuple[Hardware, Strategy 
             yield hardware_for_instance(inst, catalog, spot=spot), None
             continue
         if inst.accelerator is None:
+            if isinstance(job, (TransformerJob, TorchJob)):  # CPUs: one process on every core (estimate/cpu.py)
+                yield hardware_for_instance(inst, catalog, spot=spot), Strategy.SINGLE
             continue
         multi_node_ok = inst.cloud != "local" and inst.accelerator_count >= 4 and bool(inst.network_gbps)
         for nodes in NODE_COUNTS:
@@ -44,4 +53,16 @@ def candidates(job: Job, catalog: Catalog) -> Iterator[tuple[Hardware, Strategy 
             hw = hardware_for_instance(inst, catalog, nodes=nodes, spot=spot)
             for strategy in strategies_for(hw.layout.world_size):
                 yield hw, strategy
-    yield from this_machine_candidates(job, catalog)  # "this machine", when `trainplan probe` saved a profile here
+    if isinstance(job, (TransformerJob, TorchJob)):
+        yield from workstation_cpu_candidates(job, catalog)
+    for hw, strategy in this_machine_candidates(job, catalog):  # "this machine", when `trainplan probe` saved a profile here
+        # a neural job on its CPUs: the cores as the probe measured them (planner/local.py)
+        yield (with_measured_cpu(hw) if strategy is not None else hw), strategy
+
+
+def workstation_cpu_candidates(job: Job, catalog: Catalog) -> Iterator[tuple[Hardware, Strategy | None]]:
+    """The CPUs of each owned (``local``) machine with GPUs, for a model that fits none of its GPUs but its RAM
+    (priced as the whole machine)."""
+    for inst in catalog.instances:
+        if inst.cloud == "local" and inst.accelerator is not None and _allowed(inst, job.constraints):
+            yield hardware_for_instance_cpus(inst, catalog), Strategy.SINGLE

@@ -319,7 +319,8 @@ def estimate_option(
     if strategy is not None:
         e = est(hw, strategy)
     else:
-        tried = [est(hw, s) for s in strategies_for(hw.layout.world_size)]
+        # CPUs run one process on every core (estimate/cpu.py); GPUs try every strategy of their layout
+        tried = [est(hw, s) for s in ((Strategy.SINGLE,) if hw.accelerator is None else strategies_for(hw.layout.world_size))]
         fitting = sorted((x for x in tried if x.fits), key=rank_key(Objective.TIME))
         e = fitting[0] if fitting else min(tried, key=lambda x: x.memory.peak)
     return with_hint(e, job, catalog, profile)
