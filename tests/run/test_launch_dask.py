@@ -1,0 +1,49 @@
+"""`trainplan launch --to dask`: the rendered driver trains tabular jobs on a Dask LocalCluster of two
+workers (xgboost.dask, LightGBM's Dask estimator); scikit-learn goes through joblib's dask backend."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+from conftest import TABULAR_JOB, write_job
+from launch_support import logs, processes, render_to
+
+
+def _run(tmp_path: Path, library: str) -> dict:
+    job = write_job(tmp_path / "job.yaml", TABULAR_JOB, library=library)
+    plan, rendered = render_to(job, "dask", tmp_path / "run", cpus=2, options={"workers": 2})
+    (cmd,) = rendered.commands
+    with processes() as procs:
+        procs.start(cmd.argv, env=cmd.env, cwd=cmd.cwd, log=tmp_path / "dask.log")
+        codes = procs.wait_all(timeout=240)
+    assert codes == [0], logs(tmp_path / "dask.log")
+    return json.loads((plan.out / "dask_result.json").read_text())
+
+
+@pytest.mark.slow
+def test_xgboost_dask_on_two_workers(tmp_path: Path) -> None:
+    result = _run(tmp_path, "xgboost")
+    assert result["workers"] == 2 and result["rows"] == 600 and result["rounds"] == 15
+    assert 0 < result["train_logloss"] < 0.69  # learned something (log 2 is a coin toss)
+    assert (tmp_path / "run" / "models" / "dask.ubj").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_lightgbm_dask_on_two_workers(tmp_path: Path) -> None:
+    result = _run(tmp_path, "lightgbm")
+    assert result["workers"] == 2 and result["rounds"] == 15
+    assert (tmp_path / "run" / "models" / "dask.txt").read_text().startswith("tree")
+
+
+def test_sklearn_goes_through_joblibs_dask_backend(tmp_path: Path) -> None:
+    job = write_job(tmp_path / "job.yaml", TABULAR_JOB, library="sklearn-rf")
+    plan, rendered = render_to(job, "dask", tmp_path / "run", cpus=4, options={"address": "tcp://10.1.2.3:8786"})
+    source = (plan.out / "dask_driver.py").read_text()
+    tree = ast.parse(source)
+    constants = {n.targets[0].id: ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)}
+    assert constants["LIBRARY"] == "sklearn" and constants["WORKERS"] == 1
+    assert 'joblib.parallel_backend("dask")' in source
+    assert list(rendered.commands[0].argv[-1:]) == ["tcp://10.1.2.3:8786"]  # the scheduler, as an argument
