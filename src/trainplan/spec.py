@@ -324,12 +324,12 @@ class TabularJob(_JobBase):
         return {TabularLibrary.XGBOOST: 6, TabularLibrary.LIGHTGBM: 5}.get(self.library, 8)
 
 
-class TorchJob(_NeuralJob):
-    kind: Literal[JobKind.TORCH] = JobKind.TORCH
+class _FactoryJob(_NeuralJob):
+    """A model built by the user's factory (an import path) from example inputs: ``kind: torch`` and ``kind: keras``."""
+
     model: str  # "pkg.module:factory"
     model_args: dict[str, Any] = {}
     inputs: tuple[InputSpec, ...]
-    loss: str = "mean"
     samples: PositiveInt | None = None  # samples per epoch, for `epochs`
     epochs: PositiveFloat | None = None
 
@@ -348,7 +348,7 @@ class TorchJob(_NeuralJob):
         return v
 
     @model_validator(mode="after")
-    def _length(self) -> "TorchJob":
+    def _length(self) -> "_FactoryJob":
         if self.steps is None and self.epochs is None:
             raise ValueError("give steps, or epochs with samples")
         if self.epochs is not None and self.samples is None:
@@ -362,34 +362,20 @@ class TorchJob(_NeuralJob):
         return max(1, math.ceil(self.epochs * self.samples / global_batch))
 
 
+class TorchJob(_FactoryJob):
+    kind: Literal[JobKind.TORCH] = JobKind.TORCH
+    loss: str = "mean"
+
+
 KERAS_LOSSES = ("mse", "mae", "sparse_categorical_crossentropy", "categorical_crossentropy", "binary_crossentropy")
 
 
-class KerasJob(_NeuralJob):
+class KerasJob(_FactoryJob):
     """A Keras 3 model from a factory (``kind: keras``), estimated from the model itself (estimate/keras.py)."""
 
     kind: Literal[JobKind.KERAS] = JobKind.KERAS
-    model: str  # "pkg.module:factory" returning a keras.Model
-    model_args: dict[str, Any] = {}
-    inputs: tuple[InputSpec, ...]
     loss: str = "mse"  # a Keras loss name (KERAS_LOSSES) or "pkg.mod:fn" (fn(y_true, y_pred))
-    samples: PositiveInt | None = None  # samples per epoch, for `epochs`
-    epochs: PositiveFloat | None = None
     precision: Precision = Precision.FP32
-
-    @field_validator("model")
-    @classmethod
-    def _import_path(cls, v: str) -> str:
-        if ":" not in v or not all(v.split(":", 1)):
-            raise ValueError(f"must be an import path 'package.module:factory', got {v!r}")
-        return v
-
-    @field_validator("inputs")
-    @classmethod
-    def _non_empty(cls, v: tuple[InputSpec, ...]) -> tuple[InputSpec, ...]:
-        if not v:
-            raise ValueError("at least one input is needed")
-        return v
 
     @field_validator("loss")
     @classmethod
@@ -406,20 +392,10 @@ class KerasJob(_NeuralJob):
         return v
 
     @model_validator(mode="after")
-    def _length(self) -> "KerasJob":
-        if self.steps is None and self.epochs is None:
-            raise ValueError("give steps, or epochs with samples")
-        if self.epochs is not None and self.samples is None:
-            raise ValueError("epochs needs samples (samples per epoch)")
+    def _plain_stack(self) -> "KerasJob":
         if self.stack is not Stack.PLAIN:
             raise ValueError(f"stack {self.stack.value} is a PyTorch stack; Keras jobs use stack: plain")
         return self
-
-    def total_steps(self, global_batch: int) -> int:
-        if self.steps is not None:
-            return self.steps
-        assert self.epochs is not None and self.samples is not None
-        return max(1, math.ceil(self.epochs * self.samples / global_batch))
 
 
 Job = Annotated[Union[TransformerJob, TabularJob, TorchJob, KerasJob], Field(discriminator="kind")]
