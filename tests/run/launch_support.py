@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from trainplan.run.targets import LaunchOptions, LaunchPlan, LaunchRequest, Rendered, Target, prepare, write_rendered
+from trainplan.run.targets import LaunchOptions, LaunchPlan, LaunchRequest, Rendered, Target, prepare_launch, write_rendered
 
 
 def free_port() -> int:
@@ -25,7 +25,7 @@ def render_to(job: Path, target: str, out: Path, *, options: dict[str, Any] | No
     """Resolve and render a launch, and write its files into ``out``."""
     req = LaunchRequest(job_path=job, target=Target(target), out=out, checkpoint_minutes=None,
                         options=LaunchOptions(**(options or {})), **request)  # fmt: skip
-    plan, rendered = prepare(req)
+    plan, rendered = prepare_launch(req)
     write_rendered(rendered, plan.out)
     return plan, rendered
 

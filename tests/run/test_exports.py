@@ -11,6 +11,8 @@ import trainplan.run.runtime
 import trainplan.runtime
 
 RUN_API = [
+    "LaunchPlan",
+    "LaunchRequest",
     "LaunchSpec",
     "PREEMPTED_EXIT_CODE",
     "RunConfig",
@@ -19,14 +21,12 @@ RUN_API = [
     "RunSummary",
     "WorkerResult",
     "deepspeed_config",
+    "Target",
     "execute",
+    "prepare_launch",
     "render",
-    "render_dask",
-    "render_deepspeed_multinode",
-    "render_ray",
-    "render_skypilot",
-    "render_torchrun_multinode",
     "submit",
+    "write_rendered",
 ]
 
 RUNTIME_API = ["Context", "FAULT_RANK_ENV", "FAULT_STEP_ENV", "init"]

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import ast
 import json
 import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from conftest import TABULAR_JOB, TORCH_JOB
 
 from trainplan.run import (
@@ -16,11 +14,6 @@ from trainplan.run import (
     RunConfig,
     deepspeed_config,
     render,
-    render_dask,
-    render_deepspeed_multinode,
-    render_ray,
-    render_skypilot,
-    render_torchrun_multinode,
     submit,
 )
 from trainplan.run.config import CONFIG_ENV
@@ -115,55 +108,6 @@ def test_tabular_threads_are_per_fit(tmp_path) -> None:
     assert render(cfg).env["OMP_NUM_THREADS"] == "4"
 
 
-def test_torchrun_multinode(tmp_path) -> None:
-    spec = render_torchrun_multinode(config(tmp_path, "fsdp", 8), nnodes=4, node_rank=2, master_addr="10.0.0.1")
-    for arg in ("--nnodes=4", "--node-rank=2", "--rdzv-backend=c10d", "--rdzv-endpoint=10.0.0.1:29500", "--nproc-per-node=8"):
-        assert arg in spec.argv
-    assert "--standalone" not in spec.argv
-    with pytest.raises(ValueError):
-        render_torchrun_multinode(config(tmp_path), nnodes=2, node_rank=2, master_addr="h")
-
-
-def test_deepspeed_launcher_with_hostfile(tmp_path) -> None:
-    spec = render_deepspeed_multinode(
-        config(tmp_path, "zero3", 8), hosts={"worker-1": 8, "worker-2": 8}, master_addr="worker-1", master_port=29600
-    )
-    assert spec.argv[:7] == ["deepspeed", "--hostfile", str(tmp_path / "run" / "hostfile"), "--master_addr", "worker-1", "--master_port", "29600"]
-    assert spec.files[tmp_path / "run" / "hostfile"] == "worker-1 slots=8\nworker-2 slots=8\n"
-    assert f"{CONFIG_ENV}=" in spec.files[Path(".deepspeed_env")]
-    assert json.loads(spec.files[tmp_path / "run" / "ds_config.json"])["zero_optimization"]["stage"] == 3
-
-
-def test_ray_driver(tmp_path) -> None:
-    spec = render_ray(config(tmp_path, "ddp", 4, accelerator="cuda"))
-    source = spec.files[tmp_path / "run" / "ray_driver.py"]
-    ast.parse(source)
-    assert "TorchTrainer" in source and "ScalingConfig(num_workers=4, use_gpu=True)" in source
-    assert spec.argv == ["python", str(tmp_path / "run" / "ray_driver.py")]
-
-
-def test_dask_driver_for_xgboost(tmp_path) -> None:
-    spec = render_dask(config(tmp_path, "single", 1, job=TABULAR_JOB), scheduler="tcp://sched:8786")
-    source = spec.files[tmp_path / "run" / "dask_driver.py"]
-    ast.parse(source)
-    assert "xgb.dask.train" in source and "import xgboost.dask" in source and "tcp://sched:8786" in source
-    with pytest.raises(ValueError):
-        render_dask(config(tmp_path, "single", 1, job={**TABULAR_JOB, "library": "lightgbm"}), scheduler="x")
-
-
-@pytest.mark.parametrize("nodes", [1, 2])
-def test_skypilot_task(tmp_path, nodes) -> None:
-    spec = render_skypilot(config(tmp_path, "zero2", 8), job_file="job.yaml", accelerators="A100:8", nodes=nodes, infra="aws", use_spot=True)
-    task = yaml.safe_load(spec.files[tmp_path / "run" / "sky_task.yaml"])
-    assert task["num_nodes"] == nodes
-    assert task["resources"] == {"accelerators": "A100:8", "infra": "aws", "use_spot": True}
-    if nodes == 1:
-        assert task["run"].strip() == f"trainplan run job.yaml --out {tmp_path / 'run'} --strategy zero2 --devices 8"
-    else:
-        assert "$SKYPILOT_NODE_RANK" in task["run"] and "--nnodes=2" in task["run"] and "--nproc-per-node=8" in task["run"]
-    assert spec.argv[:3] == ["sky", "launch", "-c"]
-
-
 def test_submit_writes_files_and_returns_the_exit_code(tmp_path) -> None:
     marker = tmp_path / "files" / "hello.txt"
     code = "import os,sys; print(open(os.environ['F']).read()); sys.exit(4)"
@@ -173,3 +117,69 @@ def test_submit_writes_files_and_returns_the_exit_code(tmp_path) -> None:
     assert rc == 4 and polls
     log = (tmp_path / "log.txt").read_text()
     assert log.startswith("$ ") and "hi there" in log
+
+
+# ----------------------------------------------------------------------------- cluster targets (trainplan launch)
+
+
+@pytest.mark.parametrize("hours,margin,expected", [
+    (0.001, 0.25, "0-00:10:00"),  # at least 10 minutes
+    (2.2, 0.25, "0-02:45:00"),  # 2.2 h × 1.25 = 165 min
+    (30.0, 0.5, "1-21:00:00"),  # days
+    (1.0, 0.0, "0-01:00:00"),
+])  # fmt: skip
+def test_slurm_time_limit(hours, margin, expected) -> None:
+    from trainplan.run.targets.slurm import time_limit
+
+    assert time_limit(hours, margin) == expected
+
+
+def test_hostfile_lines(tmp_path) -> None:
+    from trainplan.errors import SpecError
+    from trainplan.run.targets.common import read_hostfile
+
+    good = tmp_path / "good"
+    good.write_text("# cluster\nnode-a slots=8   # first\n\nnode-b slots=4\n")
+    assert read_hostfile(good) == {"node-a": 8, "node-b": 4}
+    for text, message in [("node-a\n", "expected 'HOST slots=N'"), ("node-a slots=0\n", "expected"),
+                          ("a slots=1\na slots=2\n", "listed twice"), ("# nothing\n", "names no host")]:  # fmt: skip
+        bad = tmp_path / "bad"
+        bad.write_text(text)
+        with pytest.raises(SpecError, match=message):
+            read_hostfile(bad)
+    with pytest.raises(SpecError, match="--hostfile: cannot read"):
+        read_hostfile(tmp_path / "missing")
+
+
+@pytest.mark.parametrize("address,target,expected", [
+    ("10.0.0.5:6379", "ray", ("10.0.0.5", 6379)),
+    ("ray://head:10001", "ray", ("head", 10001)),
+    ("ray://head", "ray", ("head", 10001)),
+    ("http://head:8265", "ray", ("head", 8265)),
+    ("head", "ray", ("head", 6379)),
+    ("tcp://sched:8786", "dask", ("sched", 8786)),
+    ("sched", "dask", ("sched", 8786)),
+])  # fmt: skip
+def test_cluster_addresses(address, target, expected) -> None:
+    from trainplan.run.targets import Target
+    from trainplan.run.targets.submit import host_port
+
+    assert host_port(address, Target(target)) == expected
+
+
+def test_torchrun_on_gpu_nodes_renders_one_command_per_node(tmp_path) -> None:
+    from trainplan.cli.common import example_path
+    from trainplan.run.targets import LaunchOptions, LaunchRequest, Target, prepare_launch
+
+    request = LaunchRequest(job_path=example_path("llama7b-sft.yaml"), target=Target.TORCHRUN, out=tmp_path / "out",
+                            gpu="H100-80GB", gpus=8, nodes=4, strategy="fsdp",
+                            options=LaunchOptions(master_addr="10.0.0.1", iface="ens5"))  # fmt: skip
+    plan, rendered = prepare_launch(request)
+    assert not (tmp_path / "out").exists()  # rendering writes nothing
+    assert plan.config.world_size == 32 and plan.config.dist_backend == "nccl" and plan.config.precision.value == "bf16"
+    assert [c.where for c in rendered.commands][:1] == ["node 0 of 4 (the rendezvous host)"] and len(rendered.commands) == 4
+    for rank, cmd in enumerate(rendered.commands):
+        for arg in ("--nnodes=4", f"--node-rank={rank}", "--rdzv-backend=c10d", "--rdzv-endpoint=10.0.0.1:29500", "--nproc-per-node=8"):
+            assert arg in cmd.argv
+        assert cmd.env["NCCL_SOCKET_IFNAME"] == "ens5" and cmd.env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+        assert cmd.env["OMP_NUM_THREADS"] == str(plan.placement.cpus_per_node // 8)

@@ -18,7 +18,7 @@ import typer
 from rich.console import Console
 
 from trainplan.errors import SpecError
-from trainplan.run.targets import LAUNCH_RECORD, LaunchOptions, LaunchRequest, Target, prepare, write_rendered
+from trainplan.run.targets import LAUNCH_RECORD, LaunchOptions, LaunchRequest, Target, prepare_launch, write_rendered
 from trainplan.run.targets.files import launch_record
 
 _TARGETS = ", ".join(t.value for t in Target)
@@ -95,7 +95,7 @@ def launch_command(
             script=script.resolve() if script else None, script_args=tuple(script_arg or ()),
         ),
     )  # fmt: skip
-    plan, rendered = prepare(request)
+    plan, rendered = prepare_launch(request)
     command = None
     if submit:
         from trainplan.run.targets.submit import preflight

@@ -7,9 +7,9 @@ Public pieces:
 * :class:`WorkerResult` / :class:`RunStatus` — what the workers measured (``result.json``);
 * :func:`render` / :func:`submit` / :class:`LaunchSpec` — launch as render + submit;
 * :func:`deepspeed_config` — the DeepSpeed JSON of a ZeRO strategy;
-* :func:`render_skypilot`, :func:`render_ray`, :func:`render_dask`,
-  :func:`render_deepspeed_multinode`, :func:`render_torchrun_multinode` —
-  render-only launches for clusters;
+* :func:`prepare_launch` / :class:`LaunchRequest` / :class:`LaunchPlan` / :class:`Target` /
+  :func:`write_rendered` — ``trainplan launch``: a plan option rendered for torchrun, the DeepSpeed
+  launcher, SLURM, Ray, Dask, SkyPilot or Horovod (:mod:`trainplan.run.targets`);
 * :data:`PREEMPTED_EXIT_CODE` — the exit code of a run stopped by SIGTERM.
 
 Importing this package imports nothing heavy; names load on first use.  The
@@ -25,11 +25,11 @@ _EXPORTS = {
     "RunRequest": "trainplan.run.api",
     "RunSummary": "trainplan.run.api",
     "execute": "trainplan.run.api",
-    "render_dask": "trainplan.run.cluster",
-    "render_deepspeed_multinode": "trainplan.run.cluster",
-    "render_ray": "trainplan.run.cluster",
-    "render_skypilot": "trainplan.run.cluster",
-    "render_torchrun_multinode": "trainplan.run.cluster",
+    "LaunchPlan": "trainplan.run.targets",
+    "LaunchRequest": "trainplan.run.targets",
+    "Target": "trainplan.run.targets",
+    "prepare_launch": "trainplan.run.targets",
+    "write_rendered": "trainplan.run.targets",
     "RunConfig": "trainplan.run.config",
     "RunStatus": "trainplan.run.results",
     "WorkerResult": "trainplan.run.results",

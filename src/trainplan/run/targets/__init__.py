@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from importlib import import_module
 from pathlib import Path
-from typing import Callable
 
 from trainplan.run.targets.base import Command, LaunchOptions, LaunchPlan, Placement, Rendered, Target
 from trainplan.run.targets.files import LAUNCH_RECORD, write_rendered
@@ -36,7 +35,7 @@ __all__ = [
     "Placement",
     "Rendered",
     "Target",
-    "prepare",
+    "prepare_launch",
     "render",
     "write_rendered",
 ]
@@ -53,7 +52,7 @@ def render(plan: LaunchPlan) -> Rendered:
     return _module(plan.target).render(plan)
 
 
-def prepare(request: LaunchRequest) -> tuple[LaunchPlan, Rendered]:
+def prepare_launch(request: LaunchRequest) -> tuple[LaunchPlan, Rendered]:
     """Resolve the option and render it — every check done, nothing written."""
     run_dir: Path | None = None
     if request.target is Target.SKYPILOT:
@@ -64,5 +63,3 @@ def prepare(request: LaunchRequest) -> tuple[LaunchPlan, Rendered]:
     plan = resolve_launch(request, run_dir=run_dir)
     return plan, render(plan)
 
-
-Renderer = Callable[[LaunchPlan], Rendered]
