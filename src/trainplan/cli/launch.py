@@ -107,7 +107,8 @@ def launch_command(
         typer.echo(json.dumps({"out": str(plan.out), **launch_record(rendered)}))
     else:
         p = plan.placement
-        err.print(f"trainplan launch --to {target.value}: {plan.name} on {p.label}, {plan.strategy.value}, "
+        what = plan.job.library.value if plan.is_tabular else plan.strategy.value
+        err.print(f"trainplan launch --to {target.value}: {plan.name} on {p.label}, {what}, "
                   f"{p.nodes} node(s) × {p.procs_per_node} process(es) on {p.device.value}; files in {plan.out}")  # fmt: skip
         for name in sorted({*rendered.files, LAUNCH_RECORD}):
             typer.echo(f"  {plan.out / name}")

@@ -242,6 +242,45 @@ def _loss(job: TabularJob, y: np.ndarray, pred: np.ndarray, classes: int | None)
     return float(log_loss(y, proba, labels=list(range(classes))))
 
 
+def xgboost_params(job: TabularJob, classes: int | None, threads: int) -> dict[str, Any]:
+    """``xgboost.train`` parameters of the job (``classes``: the classes in the data; None for regression)."""
+    regression = job.objective == "regression"
+    params: dict[str, Any] = {
+        "tree_method": "hist",
+        "max_depth": job.max_depth or 6,
+        "eta": job.learning_rate,
+        "max_bin": job.max_bins,
+        "nthread": threads,
+        "seed": job.seed,
+        "objective": "reg:squarederror" if regression else ("binary:logistic" if classes == 2 else "multi:softprob"),
+    }
+    if job.num_leaves:
+        params["max_leaves"] = job.num_leaves
+    if not regression and classes and classes > 2:
+        params["num_class"] = classes
+    return params
+
+
+def lightgbm_params(job: TabularJob, classes: int | None, threads: int) -> dict[str, Any]:
+    """``lightgbm.train`` parameters of the job (the Dask estimators take the same keywords)."""
+    regression = job.objective == "regression"
+    params: dict[str, Any] = {
+        "objective": "regression" if regression else ("binary" if classes == 2 else "multiclass"),
+        "learning_rate": job.learning_rate,
+        "num_leaves": job.num_leaves or 31,
+        "max_depth": job.max_depth or -1,
+        "max_bin": job.max_bins,
+        "num_threads": threads,
+        "seed": job.seed,
+        "deterministic": True,
+        "force_row_wise": True,
+        "verbosity": -1,
+    }
+    if not regression and classes and classes > 2:
+        params["num_class"] = classes
+    return params
+
+
 def _fit_one(
     job: TabularJob,
     X_tr: np.ndarray,
@@ -263,19 +302,7 @@ def _fit_one(
                 on_round()
                 return stop.is_set()
 
-        params: dict[str, Any] = {
-            "tree_method": "hist",
-            "max_depth": job.max_depth or 6,
-            "eta": job.learning_rate,
-            "max_bin": job.max_bins,
-            "nthread": threads,
-            "seed": job.seed,
-            "objective": "reg:squarederror" if regression else ("binary:logistic" if classes == 2 else "multi:softprob"),
-        }
-        if job.num_leaves:
-            params["max_leaves"] = job.num_leaves
-        if not regression and classes and classes > 2:
-            params["num_class"] = classes
+        params = xgboost_params(job, classes, threads)
         booster = xgb.train(params, xgb.DMatrix(X_tr, label=y_tr, nthread=threads), job.trees, callbacks=[Progress()])
         if stop.is_set() and booster.num_boosted_rounds() < job.trees:
             raise Stopped
@@ -289,20 +316,7 @@ def _fit_one(
             if stop.is_set():
                 raise Stopped
 
-        lparams: dict[str, Any] = {
-            "objective": "regression" if regression else ("binary" if classes == 2 else "multiclass"),
-            "learning_rate": job.learning_rate,
-            "num_leaves": job.num_leaves or 31,
-            "max_depth": job.max_depth or -1,
-            "max_bin": job.max_bins,
-            "num_threads": threads,
-            "seed": job.seed,
-            "deterministic": True,
-            "force_row_wise": True,
-            "verbosity": -1,
-        }
-        if not regression and classes and classes > 2:
-            lparams["num_class"] = classes
+        lparams = lightgbm_params(job, classes, threads)
         booster = lgb.train(lparams, lgb.Dataset(X_tr, label=y_tr), num_boost_round=job.trees, callbacks=[progress])
         booster.save_model(str(model_path.with_suffix(".txt")))
         return (lambda X: booster.predict(X, num_threads=threads)), booster.current_iteration()
