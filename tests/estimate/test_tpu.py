@@ -98,3 +98,25 @@ def test_a_job_that_cannot_run_on_a_tpu_says_so_in_one_line(capsys: pytest.Captu
     assert main(["estimate", str(FIXTURES / "llama7b-sft.yaml"), "--instance", "tpu-v5litepod-8", "--strategy", "zero2", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["fits"] is False and "DeepSpeed does not run on TPUs" in out["reason"]
+
+
+def test_the_composer_applies_the_xla_rules_on_a_tpu_slice() -> None:
+    """FSDP on a TPU slice: model states are the SPMD shard (fsdp_state_bytes_per_chip), HBM has no CUDA context
+    and no caching-allocator reserve (XLA's static buffer assignment)."""
+    from trainplan.catalog import get_catalog
+    from trainplan.estimate.hardware import hardware_for_gpu
+    from trainplan.estimate.tpu import fsdp_state_bytes_per_chip
+    from trainplan.estimate.transformer import estimate_transformer
+    from trainplan.spec import parse_job
+    from trainplan.strategies import Strategy
+
+    cat = get_catalog()
+    tpu = next(a for a in cat.accelerators.values() if a.kind == "tpu" and a.peak_tflops("bf16"))
+    job = parse_job({"kind": "transformer", "model": "llama-2-7b", "seq_len": 2048, "micro_batch": 1, "steps": 10,
+                     "global_batch": 8})  # fmt: skip
+    e = estimate_transformer(job, hardware_for_gpu(tpu, cat, gpus=8), Strategy.FSDP, cat)
+    m = e.memory
+    assert m.context == 0 and m.fragmentation == 0 and m.reserved == m.allocated
+    params = e.params
+    # AMP-style FSDP: fp32 weights and gradients (4 + 4) and AdamW's two fp32 states (8) per parameter
+    assert m.weights + m.optimizer == pytest.approx(fsdp_state_bytes_per_chip(params, 4 + 8, 8), rel=1e-6)

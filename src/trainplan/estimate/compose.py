@@ -34,6 +34,7 @@ from trainplan.estimate.memory import (
 )
 from trainplan.estimate.profile import ProfileSource, StepProfile
 from trainplan.estimate.result import Estimate, Hardware, Rejection, RejectKind, job_timing
+from trainplan.estimate.tpu import xla_device_memory
 from trainplan.estimate.steptime import default_efficiency, step_time
 from trainplan.spec import TorchJob, TransformerJob
 from trainplan.strategies import Engine, Strategy
@@ -98,6 +99,8 @@ def step_memory(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardwa
     )
     if hw.accelerator is None:  # CPUs: host RAM is the device memory (estimate/cpu.py)
         return cpu_memory(mem, hw, catalog, hugging_face=isinstance(job, TransformerJob))
+    if hw.accelerator.kind == "tpu":  # XLA's static buffer assignment, no CUDA context (estimate/tpu.py)
+        mem = xla_device_memory(mem)
     offloaded = states.host + profile.memory.host_activations
     if offloaded:
         # each rank's offloaded states and activations plus the host process itself (Python, pinned buffers)

@@ -8,12 +8,25 @@ all chips); each step all-gathers weights for forward and backward and
 reduce-scatters gradients over the inter-chip interconnect (ICI).
 
 These functions are the arithmetic; they are checked against published TPU
-training figures in tests/estimate/test_tpu.py.  The composer still applies its
-generic data-parallel / FSDP rules to TPU options (see docs/energy.md and the
-TPU section of docs/estimates.md for what is not yet wired).
+training figures in tests/estimate/test_tpu.py.  The composer's FSDP sharding
+and ring traffic are these rules (model states / chips, 3Ψ over the
+interconnect); what differs on a TPU is the device memory, which
+:func:`xla_device_memory` applies.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
+
+from trainplan.estimate.memory import MemoryBreakdown
+
+
+def xla_device_memory(mem: MemoryBreakdown) -> MemoryBreakdown:
+    """HBM of a TPU chip at the step's peak: XLA compiles the step into one static buffer assignment
+    (XLA docs, "Buffer assignment"; the TPU runtime has no caching allocator, so reserved = allocated), and
+    there is no CUDA context or NCCL communicator (collectives run inside the compiled program over ICI)."""
+    return replace(mem, overhead=mem.overhead - mem.context - mem.fragmentation, context=0.0, fragmentation=0.0,
+                   expandable_slack=0.0)  # fmt: skip
 
 
 def fsdp_state_bytes_per_chip(params: float, bytes_per_param: float, chips: int) -> float:
