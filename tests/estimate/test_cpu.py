@@ -17,7 +17,7 @@ import pytest
 from trainplan.catalog import DATA_DIR, get_catalog, load_catalog
 from trainplan.cli.main import main
 from trainplan.estimate.compose import compose
-from trainplan.estimate.cpu import ACTIVATION_PASSES, cpu_step_time
+from trainplan.estimate.cpu import cpu_step_time
 from trainplan.estimate.hardware import cpu_rates_from_spec, hardware_for_cpus, hardware_for_instance
 from trainplan.estimate.memory import GIB
 from trainplan.estimate.result import RejectKind
@@ -205,13 +205,16 @@ def test_cpu_step_time_is_the_hand_computation_from_the_catalog_row() -> None:
     inst = next(i for i in cat.instances if i.name == "c6i.8xlarge")
     row = cat.cpus[inst.cpu_model]
     # by hand from the cpus.csv row: 32 vCPUs = 16 cores x 64 FLOPs/cycle x 3.5 GHz x the default efficiency;
-    # bandwidth = 204.8 GB/s per 32-core socket x 16/32 x its efficiency
+    # bandwidth = 204.8 GB/s per 32-core socket x 16/32 x its efficiency; element-wise rate = the measured
+    # per-core figure x 16 cores x 3.5 / 3.6 GHz x 64 / 32 FLOPs per cycle (AVX-512 against the AVX2 reference)
     cores = inst.vcpus / row.threads_per_core
     assert (cores, row.fp32_flops_per_cycle_per_core, row.all_core_ghz, row.mem_bw_gb_s_per_socket) == (16, 64, 3.5, 204.8)
     rate = cores * 64 * 3.5e9 * cat.assumption("cpu_matmul_efficiency")
     bw = 204.8e9 * cores / row.cores_per_socket * cat.assumption("cpu_mem_bw_efficiency")
+    act = cat.assumption("cpu_activation_gb_s_per_core") * 1e9 * 16 * 3.5 / 3.6 * 64 / 32
     hw = hardware_for_instance(inst, cat)
     assert hw.cpu.rate("fp32") == pytest.approx(rate) and hw.cpu.mem_bw_bytes_s == pytest.approx(bw)
+    assert hw.cpu.activation_bytes_s == pytest.approx(act)
 
     flops, acts, params, micro = 3.0e12, 2.0e9, 5.0e7, 4
     st = cpu_step_time(hw=hw, strategy=Strategy.SINGLE, precision=Precision.FP32, optimizer=parse_job(
@@ -221,9 +224,9 @@ def test_cpu_step_time_is_the_hand_computation_from_the_catalog_row() -> None:
     assert optimizer_bytes_touched(params, parse_job({"kind": "transformer", "model": TINY_LLAMA, "seq_len": 8,
                                                       "micro_batch": 1, "steps": 1}).optimizer,
                                    Precision.FP32, Strategy.SINGLE) == pytest.approx(opt_bytes)  # fmt: skip
-    expected = micro * flops / rate + micro * ACTIVATION_PASSES * acts / bw + opt_bytes / bw
+    expected = micro * flops / rate + micro * acts / act + opt_bytes / bw
     assert st.seconds == pytest.approx(expected)
-    assert st.breakdown == pytest.approx({"compute_s": micro * flops / rate, "memory_s": micro * 4 * acts / bw,
+    assert st.breakdown == pytest.approx({"compute_s": micro * flops / rate, "memory_s": micro * acts / act,
                                           "optimizer_s": opt_bytes / bw})  # fmt: skip
     # MFU against the spec peak (without the efficiency)
     assert st.mfu == pytest.approx(micro * flops / (expected * cores * 64 * 3.5e9))
@@ -284,6 +287,10 @@ def test_measured_rates_scale_with_vcpus_and_say_where_they_come_from() -> None:
     assert two.rate("fp32") == pytest.approx(0.12e12) and eight.rate("fp32") == pytest.approx(4 * 0.12e12)
     assert eight.mem_bw_bytes_s == pytest.approx(4 * 8e9)
     assert two.runtime_overhead_bytes == pytest.approx(0.09 * GIB)
+    # no element-wise figure in this profile: the catalog's per-core figure x the probe's threads
+    assert two.activation_bytes_s == pytest.approx(get_catalog().assumption("cpu_activation_gb_s_per_core") * 1e9 * 2)
+    with_act = replace(prof, measurements=prof.measurements + (Measurement("activation_rate", 3.0, "GB/s", "cpu", "x"),))
+    assert measured_cpu_rates(with_act, 4).activation_bytes_s == pytest.approx(2 * 3.0e9)
     assert "measured by trainplan probe" in two.source and "scaled to 8 vCPUs" in eight.source
     # an emulated bf16 (slower than fp32) is not a bf16 unit: bf16 jobs are computed via fp32
     from trainplan.estimate.cpu import compute_dtype
@@ -405,3 +412,29 @@ def test_the_runtime_overhead_probe_measures_a_fresh_process() -> None:
         return
     assert m.value is not None and 0.01 < m.value < 1.0, m  # tens of MiB of kernel libraries, not GiBs
     assert "fresh interpreter" in m.method and "1 threads" in m.method
+
+
+def test_an_lstm_traces_with_the_flops_of_its_cpu_operator(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """nn.LSTM on CPU is one oneDNN operator per layer (aten.mkldnn_rnn_layer); it used to trace at 0 FLOPs."""
+    pytest.importorskip("torch")
+    from trainplan.estimate.torchjob import trace_torch_job
+
+    (tmp_path / "tp_cpu_lstm.py").write_text(
+        "from torch import nn\n\n"
+        "class M(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.rnn = nn.LSTM(16, 32, num_layers=2, batch_first=True)\n\n"
+        "    def forward(self, x):\n"
+        "        return self.rnn(x)[0]\n\n"
+        "def lstm():\n"
+        "    return M()\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    job = parse_job({"kind": "torch", "model": "tp_cpu_lstm:lstm", "inputs": [{"shape": [10, 16]}], "micro_batch": 4,
+                     "steps": 1, "precision": "fp32"})  # fmt: skip
+    p = trace_torch_job(job)
+    steps_x_batch, hidden = 10 * 4, 32
+    forward = 2 * steps_x_batch * (4 * hidden * 16 + 4 * hidden * hidden) + 2 * steps_x_batch * (4 * hidden * hidden * 2)
+    assert p.flops.forward == pytest.approx(forward)
+    assert p.flops.backward == pytest.approx(2 * forward)

@@ -18,13 +18,16 @@ for such options; the GPU path never does.
   insightful visual performance model", CACM 52(4)) of the step's matmul work at the cores' matmul rate and
   its memory-bound work at the memory bandwidth::
 
-      t = micro-steps × (FLOPs / R + activation traffic / B) + optimizer bytes / B
+      t = micro-steps × (FLOPs / R + saved activations / A) + optimizer bytes / B
 
   R = cores × FLOPs/cycle/core × all-core clock × ``cpu_matmul_efficiency`` (cpus.csv, vendor ISA
   documents; see ``estimate/hardware.py: cpu_rates_from_spec``), or the matmul rate ``trainplan probe``
-  measured here; B = the DRAM bandwidth share × ``cpu_mem_bw_efficiency``, or the measured copy bandwidth.
-  Terms are added, not overlapped: an eager PyTorch step runs one kernel at a time, and each kernel is
-  either compute-bound (matmuls, convolutions) or bandwidth-bound (element-wise ops, norms, the optimizer).
+  measured here.  A = the rate at which the element-wise layers (norms, nonlinearities) get through the
+  activations they save, forward and backward: measured (``measure/cpu_rate.py: activation_rate_gb_s``;
+  on a CPU these kernels are compute-bound at a few GB/s per core, far below the DRAM bandwidth), scaled to
+  other CPUs by cores, clock and vector width.  B = the DRAM bandwidth share × ``cpu_mem_bw_efficiency``, or
+  the measured copy bandwidth: the optimizer step streams its states once per step.
+  Terms are added, not overlapped: an eager PyTorch step runs one kernel at a time.
 """
 
 from __future__ import annotations
@@ -36,13 +39,6 @@ from trainplan.estimate.result import Rejection, RejectKind
 from trainplan.estimate.steptime import StepTime, optimizer_bytes_touched
 from trainplan.spec import Method, Optimizer, Precision, TorchJob, TransformerJob
 from trainplan.strategies import Strategy
-
-#: Bytes moved per byte of saved activation in one training step: written by the forward op that makes it,
-#: read by the backward op that uses it, and its gradient of the same size written and read once in
-#: backward (reverse-mode differentiation: one adjoint per saved value, Griewank & Walther 2008, "Evaluating
-#: Derivatives", ch. 4).
-ACTIVATION_PASSES = 4
-
 
 def _cpu_name(hw: Hardware) -> str:
     return hw.cpu_model or "this CPU"
@@ -167,11 +163,6 @@ def cpu_memory_rejection(mem: MemoryBreakdown, hw: Hardware, catalog: Catalog) -
     )
 
 
-def activation_traffic_bytes(activations: float) -> float:
-    """Bytes the step's element-wise work moves through memory: ``ACTIVATION_PASSES`` × the saved activations."""
-    return ACTIVATION_PASSES * activations
-
-
 def cpu_step_time(
     *,
     hw: Hardware,
@@ -187,19 +178,20 @@ def cpu_step_time(
 ) -> StepTime:
     """Seconds per optimizer step on ``hw``'s cores (formula and sources in the module docstring).
 
-    The breakdown names each term: ``compute_s`` (matmul FLOPs / R), ``memory_s`` (activation traffic / B),
-    ``optimizer_s`` (bytes the optimizer step reads and writes / B, ``steptime.optimizer_bytes_touched``).
+    The breakdown names each term: ``compute_s`` (matmul FLOPs / R), ``memory_s`` (saved activations / A, the
+    element-wise layers), ``optimizer_s`` (bytes the optimizer step reads and writes / B,
+    ``steptime.optimizer_bytes_touched``).
     """
     rates = hw.cpu
     if rates is None:
         return StepTime(float("inf"), None, {}, f"no CPU figures for {_cpu_name(hw)}")
     dtype = compute_dtype(precision, rates)
     rate = rates.rate(dtype) or 0.0
-    bw = rates.mem_bw_bytes_s
-    if rate <= 0 or bw <= 0:
+    bw, act = rates.mem_bw_bytes_s, rates.activation_bytes_s
+    if rate <= 0 or bw <= 0 or act <= 0:
         return StepTime(float("inf"), None, {}, f"no {dtype} matmul rate or memory bandwidth for {_cpu_name(hw)}")
     compute = micro_steps * flops_executed / rate
-    memory = micro_steps * activation_traffic_bytes(activations) / bw
+    memory = micro_steps * activations / act
     touched = optimizer_bytes_touched(trainable_params, optimizer, precision, strategy,
                                       adafactor_elems_per_param=adafactor_elems_per_param)  # fmt: skip
     opt = touched / bw

@@ -22,6 +22,7 @@ class CpuRates:
     matmul: tuple[tuple[str, float], ...]  # (dtype, achieved FLOP/s over all cores)
     peak: tuple[tuple[str, float], ...]  # (dtype, peak FLOP/s over all cores); the measured rate when no spec is known
     mem_bw_bytes_s: float  # achieved streaming bandwidth (STREAM copy counts read + write bytes)
+    activation_bytes_s: float  # saved activations per second through the element-wise layers, forward + backward
     cores: float  # physical cores (or, measured, the threads the probe used)
     source: str
     measured: bool = False
@@ -48,15 +49,21 @@ def cpu_rates_from_spec(cpu: Cpu, vcpus: float, catalog: Catalog) -> CpuRates:
     Matmul peak = cores × FLOPs/cycle/core (vector or matrix units, cpus.csv) × all-core clock.  Memory
     bandwidth = the socket's DRAM bandwidth × the option's share of the socket's cores (a VM gets the
     channels of the cores it holds; several sockets when it holds more cores than one socket has).
+    Element-wise rate = ``cpu_activation_gb_s_per_core`` (measured on a reference core) × cores × the clock and
+    vector-width ratios to that core, at most the bandwidth.
     """
     cores = physical_cpu_cores(vcpus, cpu)
     eff = catalog.assumption("cpu_matmul_efficiency")
     peak = tuple((dt, cores * f) for dt in ("fp32", "bf16", "fp16") if (f := cpu.peak_flops_per_core(dt)))
     bw = cpu.mem_bw_gb_s_per_socket * 1e9 * cores / cpu.cores_per_socket * catalog.assumption("cpu_mem_bw_efficiency")
+    act = catalog.assumptions["cpu_activation_gb_s_per_core"]
+    per_core = (float(act["value"]) * 1e9 * cpu.all_core_ghz / float(act["ref_all_core_ghz"])
+                * cpu.fp32_flops_per_cycle_per_core / float(act["ref_fp32_flops_per_cycle"]))  # fmt: skip
     return CpuRates(
         matmul=tuple((dt, f * eff) for dt, f in peak),
         peak=peak,
         mem_bw_bytes_s=bw,
+        activation_bytes_s=min(bw, per_core * cores),
         cores=cores,
         source=f"{cpu.model}: cpus.csv spec ({cpu.as_of}) x default efficiency {eff:g}",
     )

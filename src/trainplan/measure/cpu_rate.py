@@ -1,4 +1,9 @@
-"""What a CPU training process costs beyond its tensors, measured on this machine (for ``trainplan probe``).
+"""What a CPU training step costs beyond its matmuls, measured on this machine (for ``trainplan probe``).
+
+:func:`activation_rate_gb_s` times the element-wise work of a training step: normalisation and activation
+layers, forward and backward.  On a CPU these kernels are not bound by DRAM bandwidth (a copy runs at tens
+of GB/s per core; BatchNorm, LayerNorm and GELU, which reduce and evaluate transcendentals, at a few GB/s),
+so the CPU time model (``estimate/cpu.py``) charges a step's saved activations at this measured rate.
 
 :func:`runtime_overhead_gib` starts a fresh interpreter (nothing of this process — its imported modules, its
 threads, pages already touched — is inherited), imports torch, resets the kernel's high-water mark of the
@@ -20,6 +25,43 @@ from pathlib import Path
 from trainplan.measure.microbench import Measurement
 
 NAME = "cpu_runtime_overhead"
+ACTIVATION_NAME = "activation_rate"
+
+
+def activation_rate_gb_s(*, channels: int = 64, side: int = 32, batch: int = 16, budget_s: float = 1.0) -> Measurement:
+    """GB/s of saved activations the element-wise layers of a training step get through, forward and backward.
+
+    Two reference pairs, each the norm + nonlinearity that follows nearly every matmul or convolution:
+    ``BatchNorm2d → ReLU`` (CNNs) and ``LayerNorm → GELU`` (MLPs, transformers), on a ``batch × channels ×
+    side × side`` fp32 tensor of n bytes; each pair saves 2n bytes for backward (the norm's input and the
+    nonlinearity's input or output, as autograd keeps them).  Rate = saved bytes of both pairs / the fastest
+    forward + backward of both, with torch's current threads, best of the repetitions in ``budget_s``.
+    """
+    t0 = time.perf_counter()
+    try:
+        import torch
+    except ImportError:
+        return Measurement(ACTIVATION_NAME, None, "GB/s", "cpu", "", note="needs torch")
+    from trainplan.measure.microbench import _best_rate
+
+    nn = torch.nn
+    x = torch.randn(batch, channels, side, side, requires_grad=True)
+    g = torch.randn(batch, channels, side, side)
+    cnn = nn.Sequential(nn.BatchNorm2d(channels), nn.ReLU())
+    mlp = nn.Sequential(nn.LayerNorm(side), nn.GELU())
+    saved = 2 * 2 * x.numel() * x.element_size()
+
+    def once() -> float:
+        s = time.perf_counter()
+        for block in (cnn, mlp):
+            block(x).backward(g)
+        x.grad = None
+        return time.perf_counter() - s
+
+    rate, reps = _best_rate(once, float(saved), budget_s)
+    method = (f"BatchNorm2d+ReLU and LayerNorm+GELU forward+backward on {batch}x{channels}x{side}x{side} fp32, "
+              f"{torch.get_num_threads()} threads, best of {reps}")  # fmt: skip
+    return Measurement(ACTIVATION_NAME, rate / 1e9, "GB/s", "cpu", method, time.perf_counter() - t0)
 
 _SCRIPT = r"""
 import re, sys

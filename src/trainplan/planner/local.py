@@ -49,15 +49,19 @@ def measured_cpu_rates(profile: "HardwareProfile", vcpus: int | None = None) -> 
     if bf16:
         matmul.append(("bf16", bf16 * 1e12 * scale))
     overhead = profile.figure("cpu_runtime_overhead")
+    act = profile.figure("activation_rate")  # GB/s; without it the catalog's per-core figure × threads
+    act_bytes_s = (act * 1e9 if act else get_catalog().assumption("cpu_activation_gb_s_per_core") * 1e9 * threads) * scale
     scaled = f", scaled to {vcpus} vCPUs" if vcpus and vcpus != threads else ""
     rates = ", ".join(f"{dt} {r / 1e9:,.0f} GFLOP/s" for dt, r in matmul)
     return CpuRates(
         matmul=tuple(matmul),
         peak=tuple(matmul),
         mem_bw_bytes_s=bw * 1e9 * scale,
+        activation_bytes_s=act_bytes_s,
         cores=float(vcpus or threads),
         source=(f"{profile.machine.get('cpu_model') or 'this CPU'}: measured by trainplan probe on {profile.host}, "
-                f"{profile.date} ({threads} threads: matmul {rates}, copy {bw:.1f} GB/s{scaled})"),  # fmt: skip
+                f"{profile.date} ({threads} threads: matmul {rates}, copy {bw:.1f} GB/s, element-wise "
+                f"{act_bytes_s / scale / 1e9:.2f} GB/s{'' if act else ' (catalog per-core figure)'}{scaled})"),  # fmt: skip
         measured=True,
         runtime_overhead_bytes=overhead * GIB if overhead else None,
     )

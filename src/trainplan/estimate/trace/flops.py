@@ -10,6 +10,7 @@ for an operator PyTorch does not count goes into :data:`EXTRA_FLOP_FORMULAS`
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -48,9 +49,29 @@ def _cpu_flash_backward_flop(
     return int(sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape))
 
 
+# nn.LSTM on CPU runs one oneDNN operator per layer and direction (aten.mkldnn_rnn_layer), which the table
+# lacks: without a formula an LSTM traces at 0 FLOPs.  Per time step and sample the operator multiplies the
+# input by W_ih (4H x I) and the hidden state by W_hh (4H x H): 2·(4H·I + 4H·H) FLOPs (the gates' element-wise
+# arithmetic is not counted, as for every other operator); its backward computes the input, hidden-state and
+# weight gradients: twice the forward, the convention of the table's matmul formulas.
+def _mkldnn_rnn_forward_flop(input_shape: Any, w_ih_shape: Any, w_hh_shape: Any, *args: Any, out_shape: Any = None,
+                             **kwargs: Any) -> int:  # fmt: skip
+    steps_x_batch = math.prod(input_shape[:-1])
+    return int(2 * steps_x_batch * (math.prod(w_ih_shape) + math.prod(w_hh_shape)))
+
+
+def _mkldnn_rnn_backward_flop(input_shape: Any, w_ih_shape: Any, w_hh_shape: Any, *args: Any, out_shape: Any = None,
+                              **kwargs: Any) -> int:  # fmt: skip
+    return 2 * _mkldnn_rnn_forward_flop(input_shape, w_ih_shape, w_hh_shape)
+
+
 def _extra_flop_formulas() -> dict[Any, Callable[..., int]]:
     """Formulas for the operators (of this PyTorch build) that ``FlopCounterMode``'s table lacks."""
     formulas: dict[Any, Callable[..., int]] = {}
+    if hasattr(_aten, "mkldnn_rnn_layer"):
+        formulas[_aten.mkldnn_rnn_layer] = _mkldnn_rnn_forward_flop
+    if hasattr(_aten, "mkldnn_rnn_layer_backward"):
+        formulas[_aten.mkldnn_rnn_layer_backward] = _mkldnn_rnn_backward_flop
     if hasattr(_aten, "_scaled_dot_product_flash_attention_for_cpu"):
         formulas[_aten._scaled_dot_product_flash_attention_for_cpu] = _cpu_flash_forward_flop
     if hasattr(_aten, "_scaled_dot_product_flash_attention_for_cpu_backward"):
