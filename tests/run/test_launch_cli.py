@@ -51,6 +51,7 @@ def test_render_prints_files_and_the_command(tmp_path: Path, capsys: pytest.Capt
         (["--to", "deepspeed", "--gpu", "A100-80GB", "--gpus", "4", "--strategy", "fsdp"], "--to: deepspeed cannot run this plan"),
         (["--to", "torchrun", "--gpu", "A100-80GB", "--gpus", "8", "--nodes", "2", "--strategy", "zero3"], "--master-addr: torchrun on 2 nodes"),
         (["--to", "torchrun", "--option", "100000"], "--option: the plan has"),
+        (["--to", "torchrun", "--option", "2", "--nodes", "4"], "--nodes: applies to hardware named with --gpu"),
         (["--to", "torchrun", "--gpu", "A100-80GB", "--gpus", "1", "--strategy", "ddp"], "--strategy: the plan rejects 1xA100-80GB"),
         (["--to", "horovod", "--gpu", "A100-80GB", "--gpus", "4", "--strategy", "zero2"], "--to: horovod cannot run this plan: Horovod is data parallel"),
         (["--to", "mesos", "--option", "1"], "--to: must be one of local, torchrun"),

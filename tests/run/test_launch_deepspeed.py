@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from launch_support import logs, processes, records, render_to
+from launch_support import free_port, logs, processes, records, render_to
 
 from trainplan.cli.common import example_path
 from trainplan.errors import SpecError
@@ -56,7 +56,7 @@ def test_two_nodes_need_a_hostfile_with_enough_slots(tmp_path: Path, torch_job: 
 def test_launcher_runs_two_cpu_processes_with_zero2(tmp_path: Path, torch_job: Path) -> None:
     # H200: the planner's reserved-memory figure for this tiny traced model under ZeRO-1/2 is far too high (118 GiB)
     plan, rendered = render_to(torch_job, "deepspeed", tmp_path / "run", gpu="H200", gpus=2, strategy="zero2",
-                               device="cpu", checkpoint_every=6)  # fmt: skip
+                               device="cpu", checkpoint_every=6, options={"master_port": free_port()})  # fmt: skip
     assert (plan.out / "hostfile").read_text() == "localhost slots=2\n"
     (cmd,) = rendered.commands
     with processes() as procs:

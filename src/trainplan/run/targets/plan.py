@@ -70,6 +70,10 @@ def choose_estimate(job: Any, request: LaunchRequest, catalog: Catalog) -> Estim
     named = request.gpu is not None or request.instance is not None or request.cpus is not None
     if request.option is not None and (named or request.strategy):
         raise SpecError("give --option N, or the hardware (--gpu/--instance/--cpus) and --strategy, not both", field="--option")
+    if not named:
+        loose = [n for n, v in (("--gpus", request.gpus != 1), ("--nodes", request.nodes != 1), ("--strategy", bool(request.strategy))) if v]
+        if loose:
+            raise SpecError("applies to hardware named with --gpu or --instance; --option N takes the plan's own", field=loose[0])
     efficiency = efficiency_lookup(job)
     if not named:
         plan = require_options(plan_job(job, catalog, efficiency_for=efficiency, hints=False), job)
