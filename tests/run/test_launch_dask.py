@@ -11,6 +11,8 @@ import pytest
 from conftest import TABULAR_JOB, write_job
 from launch_support import logs, processes, render_to
 
+from trainplan.cli.main import main
+
 
 def _run(tmp_path: Path, library: str) -> dict:
     job = write_job(tmp_path / "job.yaml", TABULAR_JOB, library=library)
@@ -24,8 +26,12 @@ def _run(tmp_path: Path, library: str) -> dict:
 
 
 @pytest.mark.slow
-def test_xgboost_dask_on_two_workers(tmp_path: Path) -> None:
-    result = _run(tmp_path, "xgboost")
+def test_xgboost_dask_on_two_workers_with_submit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    job = write_job(tmp_path / "job.yaml", TABULAR_JOB)
+    code = main(["launch", str(job), "--to", "dask", "--cpus", "2", "--workers", "2", "--out", str(tmp_path / "run"), "--submit"])
+    err = capsys.readouterr().err
+    assert code == 0 and f"dask finished (log: {tmp_path / 'run' / 'launch.log'})" in err, err
+    result = json.loads((tmp_path / "run" / "dask_result.json").read_text())
     assert result["workers"] == 2 and result["rows"] == 600 and result["rounds"] == 15
     assert 0 < result["train_logloss"] < 0.69  # learned something (log 2 is a coin toss)
     assert (tmp_path / "run" / "models" / "dask.ubj").stat().st_size > 0

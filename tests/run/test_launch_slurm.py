@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator
 
@@ -23,6 +24,7 @@ from conftest import TORCH_JOB, write_job
 from launch_support import free_port, records, render_to
 
 from trainplan.cli.common import example_path
+from trainplan.cli.main import main
 from trainplan.errors import SpecError
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "sinfo")
@@ -124,7 +126,9 @@ def _directives(script: str) -> dict[str, str]:
     return out
 
 
-def test_rendered_sbatch_runs_on_slurm(tmp_path: Path, torch_job: Path, slurm: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rendered_sbatch_runs_on_slurm(
+    tmp_path: Path, torch_job: Path, slurm: Cluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     plan, rendered = render_to(torch_job, "slurm", tmp_path / "run", gpu="A100-80GB", gpus=2, strategy="ddp", device="cpu",
                                options={"partition": "debug"})  # fmt: skip
     script = (plan.out / "job.sbatch").read_text()
@@ -146,9 +150,14 @@ def test_rendered_sbatch_runs_on_slurm(tmp_path: Path, torch_job: Path, slurm: C
         return
     for k, v in slurm.env.items():
         monkeypatch.setenv(k, v)
-    sub = subprocess.run(list(rendered.commands[0].argv), capture_output=True, text=True, timeout=30)
-    assert sub.returncode == 0, sub.stderr
-    job_id = sub.stdout.strip().split(";")[0]
+    # the same plan again, submitted by `trainplan launch --submit` (sbatch --parsable, the job id printed)
+    out = tmp_path / "submitted"
+    code = main(["launch", str(torch_job), "--gpu", "A100-80GB", "--gpus", "2", "--strategy", "ddp", "--device", "cpu",
+                 "--to", "slurm", "--partition", "debug", "--out", str(out), "--submit"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 0, err
+    job_id = re.search(r"submitted SLURM job (\d+)", err).group(1)  # type: ignore[union-attr]
+    plan = replace(plan, out=out)
 
     def state() -> str:
         info = subprocess.run(["scontrol", "show", "job", job_id, "-o"], capture_output=True, text=True, timeout=30).stdout
