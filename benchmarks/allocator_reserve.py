@@ -33,9 +33,11 @@ def main() -> None:
                          "activation_checkpointing": ckpt, "method": method})  # fmt: skip
         t = time.perf_counter()
         mem = trace_transformer_job(job).memory
-        rows.append((mem.reserve_fraction, mem.expandable_reserve_fraction))
-        print(f"{model:16} {seq:5d} {mb:3d} {ckpt:5} {method:6} {mem.reserve_fraction:8.1%} "
-              f"{mem.expandable_reserve_fraction:10.1%} {time.perf_counter() - t:5.1f}")  # fmt: skip
+        peak = mem.single_device_peak or 1.0
+        default, expandable = mem.reserve_bytes / peak, mem.expandable_reserve_bytes / peak
+        rows.append((default, expandable))
+        print(f"{model:16} {seq:5d} {mb:3d} {ckpt:5} {method:6} {default:8.1%} "
+              f"{expandable:10.1%} {time.perf_counter() - t:5.1f}")  # fmt: skip
     default = [r for r, _ in rows]
     expandable = [e for _, e in rows]
     print(f"median reserve beyond allocated: {statistics.median(default):.1%} (range {min(default):.1%}–{max(default):.1%}); "

@@ -310,7 +310,7 @@ def trace_config(cfg: Config) -> dict[str, Any]:
     )
     return {
         "peak": r.peak_bytes,
-        "reserved": int(r.peak_bytes * (1 + r.reserve_fraction)),
+        "reserved": int(r.peak_bytes + r.reserve_bytes),
         "phase": r.peak_phase,
         "flops": r.flops_per_step,
         "seconds": time.perf_counter() - start,

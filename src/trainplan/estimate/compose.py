@@ -80,7 +80,6 @@ def step_memory(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardwa
     buckets = ddp_bucket_bytes(strategy, p.trainable * gradient_bytes_per_param(job.precision, engine), n)
     forward_temporaries += buckets
     optimizer_temporaries += buckets
-    reserve = profile.memory.reserve_fraction
     mem = step_peak(
         states=states,
         activations=profile.memory.activations,
@@ -91,14 +90,15 @@ def step_memory(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardwa
             comm_buffers_gib=catalog.assumption("nccl_buffers_gib"),
             world_size=n,
         ),
-        fragmentation=reserve if reserve is not None else catalog.assumption("allocator_fragmentation"),
-        expandable_fraction=(profile.memory.expandable_reserve_fraction if reserve is not None
-                             else catalog.assumption("allocator_fragmentation_expandable")),  # fmt: skip
+        fragmentation=catalog.assumption("allocator_fragmentation"),
+        expandable_fraction=catalog.assumption("allocator_fragmentation_expandable"),
         # Gradients outlive a micro-step under accumulation; DeepSpeed keeps its gradient buffers allocated.
         grads_live_in_forward=(micro_steps > 1 or engine is Engine.DEEPSPEED) and not profile.memory.transient_gradients,
     )
     if hw.accelerator is None:  # CPUs: host RAM is the device memory (estimate/cpu.py)
         return cpu_memory(mem, hw, catalog, hugging_face=isinstance(job, TransformerJob))
+    if profile.memory.reserve_bytes is not None:
+        mem = simulated_reserve(mem, profile, catalog)
     if hw.accelerator.kind == "tpu":  # XLA's static buffer assignment, no CUDA context (estimate/tpu.py)
         mem = xla_device_memory(mem)
     offloaded = states.host + profile.memory.host_activations
@@ -107,6 +107,16 @@ def step_memory(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardwa
         per_rank = offloaded + catalog.assumption("host_process_gib") * GIB
         mem = replace(mem, host=per_rank * layout.gpus_per_node)
     return mem
+
+
+def simulated_reserve(mem: MemoryBreakdown, profile: StepProfile, catalog: Catalog) -> MemoryBreakdown:
+    """A traced step's reserve: the bytes the allocator simulation found beyond the traced peak, plus the default
+    fraction of whatever the strategy allocates beyond that peak (sharding buffers, gathered blocks)."""
+    beyond = max(0.0, mem.allocated - (profile.memory.single_device_peak or 0.0))
+    reserve = (profile.memory.reserve_bytes or 0.0) + catalog.assumption("allocator_fragmentation") * beyond
+    slack = (profile.memory.expandable_reserve_bytes or 0.0) + catalog.assumption("allocator_fragmentation_expandable") * beyond
+    return replace(mem, overhead=mem.overhead - mem.fragmentation + reserve, fragmentation=reserve,
+                   expandable_slack=min(reserve, slack))  # fmt: skip
 
 
 def memory_rejection(mem: MemoryBreakdown, hw: Hardware, catalog: Catalog, source: ProfileSource) -> Rejection | None:

@@ -55,10 +55,11 @@ class StepMemory:
     host_activations: float = 0.0  # activations offloaded to host RAM (per rank)
     transient_gradients: bool = False  # the optimizer steps inside backward: gradients never accumulate
     pageable_optimizer_state: bool = False  # paged 8-bit optimizer: its state pages out to host RAM under pressure
-    # the caching allocator's reserve beyond the allocated peak, as a fraction, when simulated for this step
-    # (a traced profile: estimate/allocator.py over the trace's allocations); None: the catalog's default
-    reserve_fraction: float | None = None
-    expandable_reserve_fraction: float | None = None
+    # the caching allocator's reserve beyond the allocated peak of this step on one device, in bytes, when
+    # simulated (a traced profile: estimate/allocator.py over the trace's allocations); None: the catalog's fraction
+    reserve_bytes: float | None = None
+    expandable_reserve_bytes: float | None = None
+    single_device_peak: float | None = None  # the traced allocated peak those bytes belong to
 
 
 @dataclass(frozen=True)

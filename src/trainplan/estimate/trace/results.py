@@ -40,6 +40,8 @@ class TraceResult:
     optimizer_temporary_bytes: int = 0  # highest temporaries during optimizer.step() (foreach buffers)
     reserve_fraction: float = 0.0  # the caching allocator's reserved beyond allocated at its peak (simulated)
     expandable_reserve_fraction: float = 0.0  # the same with expandable_segments
+    reserve_bytes: int = 0  # reserved beyond allocated at the simulated peaks, in bytes
+    expandable_reserve_bytes: int = 0
 
     @property
     def flops_per_step(self) -> float:

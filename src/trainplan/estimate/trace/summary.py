@@ -77,6 +77,8 @@ def summarise(
         optimizer_temporary_bytes=int(result.optimizer_temporary_bytes),
         reserve_fraction=cached.fragmentation,
         expandable_reserve_fraction=expandable.fragmentation,
+        reserve_bytes=cached.reserved - cached.allocated,
+        expandable_reserve_bytes=expandable.reserved - expandable.allocated,
     )
 
 
