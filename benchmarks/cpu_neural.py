@@ -20,6 +20,7 @@ CPU runtime); everything lives in a fresh ``TRAINPLAN_HOME`` (the user's store i
     python benchmarks/cpu_neural.py --only mlp cnn --steps 10
     python benchmarks/cpu_neural.py --json results.json
     python benchmarks/cpu_neural.py --cores 1              # pinned to one core: steadier when others share the machine
+    python benchmarks/cpu_neural.py --repeat 2             # two runs per model, best of both (shared machines)
 """
 
 from __future__ import annotations
@@ -117,18 +118,22 @@ def probe(env: dict[str, str], repeat: int) -> dict[str, Any]:
     return {m.name: m.value for m in prof.measurements}
 
 
-def measure_one(name: str, steps: int, cores: int, work: Path, env: dict[str, str]) -> dict[str, Any]:
+def measure_one(name: str, steps: int, cores: int, work: Path, env: dict[str, str], repeat: int = 1) -> dict[str, Any]:
+    """Estimate once, run ``repeat`` times: the peak of the first run, the best median and the fastest step of all."""
     job = dict(name=name, precision="fp32", optimizer="adamw", steps=steps, **JOBS[name])
     path = work / f"{name}.yaml"
     path.write_text(yaml.safe_dump(job), encoding="utf-8")
     est = _cli("estimate", str(path), "--cpus", str(cores), "--json", env=env)
     out = work / "runs" / name
-    t0 = time.perf_counter()
-    run = _cli("run", str(path), "--out", str(out), "--overwrite", "--json", env=env)
-    wall = time.perf_counter() - t0
-    lines = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines() if ln.strip()]
-    times = [ln["step_time_s"] for ln in lines if "step" in ln and not ln.get("warmup")]
-    m = run["measured"]
+    runs, times, wall = [], [], 0.0
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        runs.append(_cli("run", str(path), "--out", str(out), "--overwrite", "--json", env=env))
+        wall += time.perf_counter() - t0
+        lines = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines() if ln.strip()]
+        times += [ln["step_time_s"] for ln in lines if "step" in ln and not ln.get("warmup")]
+    run = runs[0]
+    m = dict(run["measured"], step_time_s=min(r["measured"]["step_time_s"] or float("inf") for r in runs))
     return {
         "name": name,
         "kind": job["kind"],
@@ -142,6 +147,7 @@ def measure_one(name: str, steps: int, cores: int, work: Path, env: dict[str, st
         "best_step_ms": min(times) * 1e3 if times else float("nan"),
         "breakdown_ms": {k: v * 1e3 for k, v in est["time_breakdown_s"].items()},
         "run_wall_s": wall,
+        "runs": repeat,
         "load_avg": os.getloadavg()[0],
     }
 
@@ -179,6 +185,7 @@ def main() -> int:
     ap.add_argument("--probe-repeat", type=int, default=3)
     ap.add_argument("--only", nargs="*", choices=sorted(JOBS))
     ap.add_argument("--json", type=Path, help="also write the rows here")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per model (best median and fastest step over them)")
     ap.add_argument("--cores", type=int, help="pin probe, estimate and run to this many cores (steadier on a shared machine)")
     args = ap.parse_args()
     from trainplan.measure.probe import usable_cores
@@ -199,7 +206,7 @@ def main() -> int:
         rows = []
         for name in args.only or list(JOBS):
             try:
-                row = measure_one(name, args.steps, cores, work, env)
+                row = measure_one(name, args.steps, cores, work, env, args.repeat)
             except RuntimeError as exc:
                 print(f"{name}: {exc}", file=sys.stderr, flush=True)
                 continue

@@ -18,6 +18,7 @@ from trainplan.estimate.cpu import (
     cpu_capacity_bytes,
     cpu_memory,
     cpu_memory_rejection,
+    cpu_notes,
     cpu_optimizer_temporary_bytes,
     cpu_step_time,
     precision_note,
@@ -201,7 +202,7 @@ def compose(
         seconds, mfu, breakdown = st.seconds, st.mfu, st.breakdown
         if st.reason and rejection is None:
             rejection = Rejection(RejectKind.MISSING_FIGURE, st.reason)
-        notes += [n for n in (precision_note(job.precision, hw), hw.cpu.source if hw.cpu else None) if n]
+        notes = cpu_notes(notes) + [n for n in (precision_note(job.precision, hw), hw.cpu.source if hw.cpu else None) if n]
 
     timing = job_timing(hw, train_s=steps * seconds)
     finite = seconds not in (0.0, float("inf"))

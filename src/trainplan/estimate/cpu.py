@@ -75,6 +75,15 @@ def precision_note(precision: Precision, hw: Hardware) -> str | None:
             f"trainplan run trains in fp32 on CPUs)")  # fmt: skip
 
 
+def cpu_notes(profile_notes: list[str]) -> list[str]:
+    """The profile's notes for a CPU option: a trace's CUDA conventions are replaced by what the CPU estimate uses."""
+    cuda = [n for n in profile_notes if n.startswith("traced on the fake CPU device with CUDA")]
+    kept = [n for n in profile_notes if n not in cuda]
+    if cuda:
+        kept.append("on CPUs: the traced tensors, with torch.optim's per-parameter optimizer step and no CUDA allocator")
+    return kept
+
+
 def cpu_incompatibility(job: TorchJob | TransformerJob, hw: Hardware, strategy: Strategy) -> Rejection | None:
     """The first CPU rule ``job`` × ``hw`` × ``strategy`` breaks, or None (see the module docstring)."""
     if strategy.offloads_optimizer or strategy.offloads_parameters:
