@@ -16,6 +16,7 @@ from trainplan.cli.main import main
 from trainplan.estimate.hardware import hardware_for_gpu
 from trainplan.estimate.memory import GIB
 from trainplan.estimate.published import memory_errors
+from trainplan.estimate.result import RejectKind, Rejection
 from trainplan.estimate.transformer import estimate_transformer, transformer_profile
 from trainplan.planner.core import Objective, rank
 from trainplan.planner.fit import _fits, max_micro_batch
@@ -61,6 +62,19 @@ def test_the_margin_is_stated_and_borderline_means_within_the_band() -> None:
     short = estimate_transformer(job, hardware_for_gpu(find_accelerator("A100-40GB"), cat, gpus=1), Strategy.SINGLE, cat)
     assert not short.fits and short.memory_verdict().startswith("does not fit, short by")
     assert e.to_dict()["memory_verdict"]["band"] == cat.assumption("memory_error_band_analytic")
+
+
+def test_a_memory_margin_is_not_read_as_the_verdict_of_an_option_rejected_for_another_reason() -> None:
+    cat = get_catalog()
+    e = estimate_transformer(parse_job(LLAMA7B), hardware_for_gpu(find_accelerator("A100-80GB"), cat, gpus=4),
+                             Strategy.ZERO2, cat)
+    over_budget = replace(e, rejection=Rejection(RejectKind.BUDGET, "costs $900, over the $500 budget", 900, 500, "USD"))
+    text = over_budget.memory_verdict()
+    assert text.startswith("memory fits,") and "rejected for another reason (budget)" in text
+    assert not text.startswith("fits")
+    too_big = estimate_transformer(parse_job(LLAMA7B), hardware_for_gpu(find_accelerator("A100-40GB"), cat, gpus=1),
+                                   Strategy.SINGLE, cat)
+    assert too_big.rejection.kind is RejectKind.DEVICE_MEMORY and too_big.memory_verdict().startswith("does not fit")
 
 
 def test_a_borderline_best_option_is_said_so() -> None:

@@ -141,8 +141,13 @@ class Estimate:
         gib = abs(self.margin_bytes) / GIB
         head = f"{gib:.1f} GiB ({abs(frac):.0%}) to spare" if frac >= 0 else f"short by {gib:.1f} GiB ({abs(frac):.0%})"
         if self.borderline:
-            return f"borderline: {head}, within the estimator's measured error band (±{self.memory_band:.0%})"
-        return f"fits, {head}" if frac >= 0 else f"does not fit, {head}"
+            text = f"borderline: {head}, within the estimator's measured error band (±{self.memory_band:.0%})"
+        else:
+            text = f"fits, {head}" if frac >= 0 else f"does not fit, {head}"
+        if self.rejection is not None and self.rejection.kind is not RejectKind.DEVICE_MEMORY:
+            # the memory figure is still worth showing, but it must not read as the option's verdict
+            text = f"memory {text}; the option is rejected for another reason ({self.rejection.kind.value})"
+        return text
 
     @property
     def fits(self) -> bool:
