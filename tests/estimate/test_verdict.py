@@ -108,6 +108,17 @@ def test_the_largest_micro_batch_fits_and_the_next_does_not(gpu: str, gpus: int,
         assert not _fits(job, prof, hw, strategy, cat, micro_batch=1, seq_len=fit.longest_seq_len + 1)
 
 
+def test_profiles_shared_across_options_give_the_same_answers() -> None:
+    cat = get_catalog()
+    job = parse_job({**LLAMA7B, "global_batch": 64})
+    prof = transformer_profile(job, cat)
+    memo: dict = {}
+    for gpu, gpus, strategy in [("A100-80GB", 4, Strategy.ZERO2), ("H100-80GB", 8, Strategy.FSDP), ("A100-40GB", 8, Strategy.ZERO3)]:
+        hw = hardware_for_gpu(find_accelerator(gpu), cat, gpus=gpus)
+        assert max_micro_batch(job, prof, hw, strategy, cat, profiles=memo) == max_micro_batch(job, prof, hw, strategy, cat)
+    assert memo and all(key[0] >= 1 for key in memo)
+
+
 def test_when_nothing_fits_the_answer_says_why() -> None:
     cat = get_catalog()
     job = parse_job({**LLAMA7B, "model": "llama-2-70b"})

@@ -14,17 +14,17 @@ from trainplan.planner.calibrated import efficiency_lookup
 from trainplan.catalog import Catalog
 from trainplan.estimate.result import Estimate
 from trainplan.planner.core import Objective, Plan, plan_job, require_options
-from trainplan.planner.fit import micro_batch_fit
+from trainplan.planner.fit import Profiles, micro_batch_fit
 from trainplan.planner.this_machine import measured_rate_lookup
 from trainplan.spec import Job, TabularJob
 from trainplan.cli.tables import plan_table, rejected_table, tradeoff_text
 
 
-def _fit(job: Job, e: Estimate, catalog: Catalog, plan: Plan) -> dict[str, object]:
+def _fit(job: Job, e: Estimate, catalog: Catalog, plan: Plan, profiles: Profiles) -> dict[str, object]:
     """The largest micro-batch column of ``plan --json`` (neural jobs)."""
     if isinstance(job, TabularJob):
         return {}
-    return {"micro_batch_fit": micro_batch_fit(job, e, catalog, profile=plan.profile).to_dict()}
+    return {"micro_batch_fit": micro_batch_fit(job, e, catalog, profile=plan.profile, profiles=profiles).to_dict()}
 
 
 def plan_command(
@@ -42,12 +42,13 @@ def plan_command(
     plan = require_options(plan_job(job, catalog, objective=objective, efficiency_for=measured_rate_lookup(job, fallback=efficiency_lookup(job)), trace=trace,
                                     regions=regions), job)  # fmt: skip
     if json_out:
+        profiles: Profiles = {}
         typer.echo(dump_json({
             "job": job.name,
             "objective": plan.objective.value,
             "warnings": list(plan.warnings),
             "options": [dict(e.to_dict(), rank=i + 1, pareto=i in plan.pareto, borderline=e.borderline,
-                             **_fit(job, e, catalog, plan)) for i, e in enumerate(plan.options)],
+                             **_fit(job, e, catalog, plan, profiles)) for i, e in enumerate(plan.options)],
             "rejected": [e.to_dict() for e in plan.rejected],
         }))  # fmt: skip
         return

@@ -24,6 +24,8 @@ from trainplan.strategies import Strategy
 MAX_MICRO_BATCH = 1 << 16  # search bound: beyond this a step is no longer "a micro-batch"
 MAX_SEQ_LEN = 1 << 20  # one million tokens
 
+Profiles = dict[tuple[int, int | None, int | None], StepProfile]  # (micro-batch, seq_len, global batch) → profile
+
 
 @dataclass(frozen=True)
 class MicroBatchFit:
@@ -57,12 +59,13 @@ def _scaled(profile: StepProfile, factor: float) -> StepProfile:
 
 
 def _fits(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardware, strategy: Strategy, catalog: Catalog,
-          *, micro_batch: int, seq_len: int | None = None) -> bool:  # fmt: skip
-    return _rejection(job, profile, hw, strategy, catalog, micro_batch=micro_batch, seq_len=seq_len) is None
+          *, micro_batch: int, seq_len: int | None = None, profiles: Profiles | None = None) -> bool:  # fmt: skip
+    return _rejection(job, profile, hw, strategy, catalog, micro_batch=micro_batch, seq_len=seq_len,
+                      profiles=profiles) is None  # fmt: skip
 
 
 def _rejection(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardware, strategy: Strategy, catalog: Catalog,
-               *, micro_batch: int, seq_len: int | None = None) -> Rejection | None:  # fmt: skip
+               *, micro_batch: int, seq_len: int | None = None, profiles: Profiles | None = None) -> Rejection | None:  # fmt: skip
     """Why ``micro_batch`` (and ``seq_len``) does not fit; None when it does (a batch split is not a memory matter)."""
     keep = job.global_batch if job.global_batch and job.global_batch % (micro_batch * hw.layout.data_parallel) == 0 else None
     update: dict[str, object] = {"micro_batch": micro_batch, "global_batch": keep}
@@ -70,7 +73,13 @@ def _rejection(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardwar
         update["seq_len"] = seq_len
     j = job.model_copy(update=update)
     if profile.source is ProfileSource.ANALYTIC and isinstance(j, TransformerJob):
-        p = transformer_profile(j, catalog)
+        # the profile is hardware-free: one per (micro-batch, sequence, global batch), shared by every option
+        key = (micro_batch, seq_len, keep)
+        p = profiles.get(key) if profiles is not None else None
+        if p is None:
+            p = transformer_profile(j, catalog)
+            if profiles is not None:
+                profiles[key] = p
     else:
         p = _scaled(profile, micro_batch / job.micro_batch)
     e = compose(j, p, hw, strategy, catalog)
@@ -91,11 +100,12 @@ def _largest(ok, lo: int, hi: int) -> int:
 
 
 def max_micro_batch(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardware, strategy: Strategy,
-                    catalog: Catalog) -> MicroBatchFit:  # fmt: skip
+                    catalog: Catalog, *, profiles: Profiles | None = None) -> MicroBatchFit:  # fmt: skip
     """The largest micro-batch that fits ``hw`` with ``strategy``, and the accumulation that keeps the global batch.
 
     With a ``global_batch`` in the job, the micro-batch must divide global_batch / data-parallel, so the
     largest fitting divisor is taken; without one, any micro-batch (global batch = micro-batch × data-parallel).
+    ``profiles``: a memo of rebuilt profiles for this job, to share across the options of one plan.
     """
     dp = hw.layout.data_parallel
     per_rank = (job.global_batch // dp) if job.global_batch and job.global_batch % dp == 0 else None
@@ -104,7 +114,7 @@ def max_micro_batch(job: TorchJob | TransformerJob, profile: StepProfile, hw: Ha
         return MicroBatchFit(0, 0, job.global_batch, None, text)
 
     def ok(m: int) -> bool:
-        return _fits(job, profile, hw, strategy, catalog, micro_batch=m)
+        return _fits(job, profile, hw, strategy, catalog, micro_batch=m, profiles=profiles)
 
     if per_rank is not None:
         divisors = sorted((d for d in range(1, per_rank + 1) if per_rank % d == 0), reverse=True)
@@ -118,8 +128,8 @@ def max_micro_batch(job: TorchJob | TransformerJob, profile: StepProfile, hw: Ha
         global_batch = best * dp
     longest = None
     if isinstance(job, TransformerJob) and profile.source is ProfileSource.ANALYTIC:
-        longest = max(0, _largest(lambda s: _fits(job, profile, hw, strategy, catalog, micro_batch=1, seq_len=s),
-                                  1, MAX_SEQ_LEN))  # fmt: skip
+        longest = max(0, _largest(lambda s: _fits(job, profile, hw, strategy, catalog, micro_batch=1, seq_len=s,
+                                                  profiles=profiles), 1, MAX_SEQ_LEN))  # fmt: skip
     if best == 0:
         why = _rejection(job, profile, hw, strategy, catalog, micro_batch=1)
         text = "even micro-batch 1 does not fit" + (f" ({why.text})" if why else "") + (f"; at micro-batch 1 the longest sequence that fits is {longest}"
@@ -134,9 +144,11 @@ def max_micro_batch(job: TorchJob | TransformerJob, profile: StepProfile, hw: Ha
 
 
 def micro_batch_fit(job: TorchJob | TransformerJob, e: Estimate, catalog: Catalog, *,
-                    profile: StepProfile | None = None, trace: bool = False) -> MicroBatchFit:  # fmt: skip
-    """:func:`max_micro_batch` for the option of estimate ``e`` (the job's profile made once, or reused)."""
+                    profile: StepProfile | None = None, trace: bool = False,
+                    profiles: Profiles | None = None) -> MicroBatchFit:  # fmt: skip
+    """:func:`max_micro_batch` for the option of estimate ``e`` (the job's profile made once, or reused;
+    ``profiles``: a memo shared by the options of one plan of this job)."""
     from trainplan.planner.core import job_profile
 
     prof = profile or job_profile(job, catalog, trace=trace)
-    return max_micro_batch(job, prof, e.hardware, Strategy(e.strategy), catalog)
+    return max_micro_batch(job, prof, e.hardware, Strategy(e.strategy), catalog, profiles=profiles)
