@@ -438,3 +438,64 @@ def test_an_lstm_traces_with_the_flops_of_its_cpu_operator(tmp_path: Path, monke
     forward = 2 * steps_x_batch * (4 * hidden * 16 + 4 * hidden * hidden) + 2 * steps_x_batch * (4 * hidden * hidden * 2)
     assert p.flops.forward == pytest.approx(forward)
     assert p.flops.backward == pytest.approx(2 * forward)
+
+
+@pytest.mark.parametrize(("inputs", "hidden", "steps", "batch", "layers", "bidirectional"),
+                         [(128, 256, 64, 32, 2, False), (50, 100, 10, 3, 1, False), (300, 64, 7, 5, 2, True),
+                          (17, 33, 20, 1, 1, False)])  # fmt: skip
+def test_onednn_lstm_workspace_formula_equals_the_real_operators(inputs: int, hidden: int, steps: int, batch: int,
+                                                                 layers: int, bidirectional: bool) -> None:  # fmt: skip
+    """oneDNN's LSTM keeps a workspace for backward (the 4th output of aten.mkldnn_rnn_layer): its size from
+    oneDNN's layout equals what the real operator returns, byte for byte, for each layer and direction."""
+    torch = pytest.importorskip("torch")
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from trainplan.estimate.trace.workspace import cpu_rnn_saved_workspace
+
+    seen: list[tuple[int, int]] = []
+
+    class Spy(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            out = func(*args, **(kwargs or {}))
+            got = cpu_rnn_saved_workspace(func, args, kwargs or {}, out)
+            if got is not None:
+                seen.append((got[0].untyped_storage().nbytes(), got[1]))
+            return out
+
+    lstm = torch.nn.LSTM(inputs, hidden, num_layers=layers, bidirectional=bidirectional)
+    with Spy():
+        lstm(torch.randn(steps, batch, inputs, requires_grad=True))
+    assert len(seen) == layers * (2 if bidirectional else 1)
+    for real, modelled in seen:
+        assert real > 0 and modelled == real
+
+
+def test_a_cpu_trace_of_an_lstm_keeps_onednns_workspace_until_backward() -> None:
+    """Traced for a CPU job, an LSTM's activations include each layer's oneDNN workspace (the fake kernel returns
+    it empty); a GRU (native PyTorch cells, no oneDNN) gets none, and a CUDA-target trace is left as it was."""
+    torch = pytest.importorskip("torch")
+    from trainplan.estimate.trace import trace_training_step
+    from trainplan.estimate.trace.workspace import mkldnn_lstm_workspace_bytes
+
+    def build(cell: str):  # type: ignore[no-untyped-def]
+        rnn = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU}[cell](16, 32, num_layers=2, batch_first=True)
+
+        class M(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.rnn = rnn
+
+            def forward(self, x):  # type: ignore[no-untyped-def]
+                return self.rnn(x)[0]
+
+        return M()
+
+    def trace(cell: str, device: str):  # type: ignore[no-untyped-def]
+        return trace_training_step(lambda: build(cell), lambda mb: (torch.randn(mb, 10, 16),), micro_batch=4, precision="fp32",
+                                   optimizer="adamw", device=device)  # fmt: skip
+
+    workspaces = mkldnn_lstm_workspace_bytes(10, 4, 16, 32) + mkldnn_lstm_workspace_bytes(10, 4, 32, 32)
+    lstm_cpu, lstm_cuda = trace("lstm", "cpu"), trace("lstm", "cuda")
+    assert lstm_cpu.activation_peak_bytes - lstm_cuda.activation_peak_bytes >= workspaces - 64 * 1024
+    gru_cpu, gru_cuda = trace("gru", "cpu"), trace("gru", "cuda")
+    assert abs(gru_cpu.activation_peak_bytes - gru_cuda.activation_peak_bytes) < 64 * 1024

@@ -96,6 +96,11 @@ class _Storage:
 # returns (invisible to a dispatch mode): (op, args, kwargs, outputs) -> bytes.
 WorkspaceModel = Callable[[Any, tuple[Any, ...], dict[str, Any], Any], int]
 
+# A model of an output the fake kernel returns empty but the real kernel fills and autograd keeps (oneDNN's
+# LSTM workspace, ``workspace.cpu_rnn_saved_workspace``): (op, args, kwargs, outputs) -> (that output, its
+# real bytes) or None.  The timeline books that output's storage at the real size, for as long as it lives.
+SavedWorkspaceModel = Callable[[Any, tuple[Any, ...], dict[str, Any], Any], "tuple[Any, int] | None"]
+
 
 class StorageTimeline(TorchDispatchMode):
     """Record allocation and free events of tensor storages, with the phase of each.
@@ -106,12 +111,14 @@ class StorageTimeline(TorchDispatchMode):
     step is over so that frees during teardown are not recorded.
     """
 
-    def __init__(self, *, granularity_bytes: int = 1, workspace: WorkspaceModel | None = None) -> None:
+    def __init__(self, *, granularity_bytes: int = 1, workspace: WorkspaceModel | None = None,
+                 saved_workspace: SavedWorkspaceModel | None = None) -> None:  # fmt: skip
         super().__init__()
         if granularity_bytes < 1:
             raise ValueError(f"granularity_bytes must be >= 1, got {granularity_bytes}")
         self.granularity_bytes = granularity_bytes
         self.workspace = workspace
+        self.saved_workspace = saved_workspace
         self.phase: Phase = Phase.FORWARD
         self.recomputing: bool = False
         self.storages: list[_Storage] = []
@@ -131,14 +138,14 @@ class StorageTimeline(TorchDispatchMode):
         if not self._closed:
             self.events.append((key, -self.storages[key].nbytes, _PHASES.index(self.phase)))
 
-    def _see(self, t: torch.Tensor, *, preexisting: bool) -> None:
+    def _see(self, t: torch.Tensor, *, preexisting: bool, real_nbytes: int | None = None) -> None:
         try:
             st = t.untyped_storage()
         except (RuntimeError, NotImplementedError):  # e.g. sparse or exotic subclasses: not tracked
             return
         if st in self._keys:
             return
-        nbytes = self._rounded(st.nbytes())
+        nbytes = self._rounded(st.nbytes() if real_nbytes is None else real_nbytes)
         key = len(self.storages)
         self._keys[st] = key
         self.storages.append(_Storage(nbytes, self.phase, self.recomputing, preexisting))
@@ -167,9 +174,11 @@ class StorageTimeline(TorchDispatchMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         if not self._closed:
+            sized = self.saved_workspace(func, args, kwargs, out) if self.saved_workspace is not None else None
             for leaf in tree_leaves(out):
                 if isinstance(leaf, torch.Tensor):
-                    self._see(leaf, preexisting=False)
+                    real = sized[1] if sized is not None and leaf is sized[0] else None
+                    self._see(leaf, preexisting=False, real_nbytes=real)
             if self.workspace is not None:
                 extra = self._rounded(self.workspace(func, args, kwargs, out))
                 if extra > 0:

@@ -21,7 +21,7 @@ from torch.overrides import TorchFunctionMode
 
 from trainplan.estimate.trace.errors import TraceError
 from trainplan.estimate.trace.memory import CUDA_ALLOCATION_GRANULARITY_BYTES, StorageTimeline
-from trainplan.estimate.trace.workspace import cpu_convolution_workspace
+from trainplan.estimate.trace.workspace import cpu_convolution_workspace, cpu_rnn_saved_workspace
 
 __all__ = ["CUDA_NOTE", "FusedAttentionAsOnCuda", "function_modes", "step_timeline", "target_kind"]
 
@@ -40,11 +40,13 @@ def step_timeline(*, on_cuda: bool) -> StorageTimeline:
     """A timeline that sizes storages as the target's allocator does.
 
     CUDA: every block rounded up to 512 bytes.  CPU: exact sizes, plus the
-    workspace oneDNN convolutions hold inside the kernel.
+    workspace oneDNN convolutions hold inside the kernel and the workspace
+    oneDNN's LSTM keeps for backward (``workspace.cpu_rnn_saved_workspace``).
     """
     if on_cuda:
         return StorageTimeline(granularity_bytes=CUDA_ALLOCATION_GRANULARITY_BYTES)
-    return StorageTimeline(granularity_bytes=1, workspace=cpu_convolution_workspace)
+    return StorageTimeline(granularity_bytes=1, workspace=cpu_convolution_workspace,
+                           saved_workspace=cpu_rnn_saved_workspace)  # fmt: skip
 
 
 def function_modes(*, on_cuda: bool) -> list[TorchFunctionMode]:

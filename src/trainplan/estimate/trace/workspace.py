@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["cpu_convolution_workspace"]
+__all__ = ["cpu_convolution_workspace", "cpu_rnn_saved_workspace", "mkldnn_lstm_workspace_bytes"]
 
 
 def _nbytes(t: Any) -> int:
@@ -118,3 +118,76 @@ def cpu_convolution_workspace(func: Any, args: tuple[Any, ...], kwargs: dict[str
         x_b = _blocked_nbytes(x)
         return max(x_b, _blocked_nbytes(grad_out)) + (x_b if mask[0] else 0)
     return 0
+
+
+# --------------------------------------------------------------------------- oneDNN LSTM (nn.LSTM on CPU)
+#
+# On CPU, nn.LSTM runs one oneDNN RNN primitive per layer and direction (``aten.mkldnn_rnn_layer``, PyTorch
+# aten/src/ATen/native/mkldnn/RNN.cpp).  In training (``train=True``) the primitive's forward fills a
+# *workspace* (``forward_training`` prop kind) that PyTorch returns as the operator's fourth output, a uint8
+# tensor of ``workspace_desc().get_size()`` bytes, and autograd keeps it for ``mkldnn_rnn_layer_backward``.
+# The operator's fake (meta) kernel returns it empty, so without a model a traced LSTM misses it entirely.
+# Its size follows oneDNN's layout (src/cpu/rnn/rnn_utils.hpp ``init_conf`` leading dimensions and
+# ``set_workspace_sizes``; src/cpu/rnn/rnn_utils.cpp ``set_offsets``, each part starting on a 4096-byte page),
+# for one layer and one direction of T time steps, batch N, input I and hidden H, in fp32:
+#
+#   gates            T · N · ld(4H)                   (ws_gates; ld = get_good_ld)
+#   h_t              T · N · ld(H)                    (ws_ht)
+#   states           2 · (T+1) · N · ld(max(I, H))    (ws_states_layer; ws_states_iter aliases it)
+#   c states         2 · (T+1) · N · H                (ws_states_iter_c)
+#   diff states      2 × 2 · (T+1) · N · ld(max(I, H)) (ws_diff_states_layer, ws_diff_states_iter)
+#   diff c states    2 · (T+1) · N · H                (ws_diff_states_iter_c)
+#
+# ``get_good_ld(d)`` rounds d up to 64 bytes and adds 64 bytes more when the result is a multiple of 256
+# elements (4K-aliasing).  Checked against the real operator's workspace on torch 2.13 for five shapes
+# (unidirectional and bidirectional, 1-2 layers, I from 17 to 512, H from 33 to 512): exact to the byte
+# (tests/estimate/test_trace.py).  nn.GRU and nn.RNN do not use oneDNN in PyTorch (native cells), so they
+# have no such workspace.
+
+_RNN_FP32_BYTES = 4
+_ONEDNN_PAGE = 4096
+
+
+def _good_ld(dim: int, dtype_bytes: int = _RNN_FP32_BYTES) -> int:
+    """oneDNN's ``rnn_utils::get_good_ld``: 64-byte aligned, and not a multiple of 256 elements."""
+    per_line = 64 // dtype_bytes
+    ld = -(-dim // per_line) * per_line
+    return ld + per_line if ld % 256 == 0 else ld
+
+
+def mkldnn_lstm_workspace_bytes(steps: int, batch: int, input_size: int, hidden: int) -> int:
+    """Bytes of the workspace oneDNN's LSTM forward (training) keeps for backward: one layer, one direction, fp32."""
+    f = _RNN_FP32_BYTES
+    states_ld = _good_ld(max(input_size, hidden))
+    states = 2 * (steps + 1) * batch * states_ld * f
+    c_states = 2 * (steps + 1) * batch * hidden * f
+    parts = (
+        steps * batch * _good_ld(4 * hidden) * f,  # gates
+        steps * batch * _good_ld(hidden) * f,  # h_t
+        states,  # states (layer; iter aliases it)
+        c_states,  # c states
+        states,  # diff states, layer
+        states,  # diff states, iter
+        c_states,  # diff c states
+    )
+    return sum(-(-p // _ONEDNN_PAGE) * _ONEDNN_PAGE for p in parts)
+
+
+def cpu_rnn_saved_workspace(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> tuple[Any, int] | None:
+    """The output of a CPU RNN operator that stands for a workspace the fake kernel leaves empty, and its real size.
+
+    ``aten.mkldnn_rnn_layer(input, w_ih, w_hh, b_ih, b_hh, hx, cx, reverse, batch_sizes, mode, hidden_size,
+    num_layers, has_biases, bidirectional, batch_first, train)``: ``input`` is ``(T, N, I)`` (PyTorch transposes
+    batch-first inputs before the call); the workspace is its fourth output, kept for backward when ``train``.
+    None for every other operator.  The size is oneDNN's fp32 layout (above), checked for fp32 inputs only.
+    """
+    if getattr(func, "overloadpacket", None) is not getattr(torch.ops.aten, "mkldnn_rnn_layer", None):
+        return None
+    train = args[15] if len(args) > 15 else kwargs.get("train", True)
+    if not train or not isinstance(out, (tuple, list)) or len(out) < 4:
+        return None
+    x, hidden = args[0], int(args[10] if len(args) > 10 else kwargs["hidden_size"])
+    if not isinstance(x, torch.Tensor) or x.dim() != 3:
+        return None
+    steps, batch, input_size = (int(d) for d in x.shape)
+    return out[3], mkldnn_lstm_workspace_bytes(steps, batch, input_size, hidden)
