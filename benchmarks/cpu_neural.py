@@ -12,9 +12,9 @@ cores) against ``trainplan run JOB --json`` of the same job (fp32: the run train
   other processes' load.
 
 Before the models, ``trainplan probe --no-tabular`` runs ``--probe-repeat`` times and the profile with the
-highest fp32 matmul rate is kept (a best-of on a shared machine), with the two figures of
-``trainplan.measure.cpu_rate`` added to it (the element-wise rate, best of ``--probe-repeat``, and PyTorch's
-CPU runtime); everything lives in a fresh ``TRAINPLAN_HOME`` (the user's store is not touched).
+highest fp32 matmul rate is kept (a best-of on a shared machine), its CPU-step figures (``measure/cpu_rate.py``:
+1-thread GEMM, training-step thread scaling, element-wise rate) each the best of the ``--probe-repeat`` probes;
+everything lives in a fresh ``TRAINPLAN_HOME`` (the user's store is not touched).
 
     python benchmarks/cpu_neural.py                        # all models, 15 steps each (about 6 minutes on 2 cores)
     python benchmarks/cpu_neural.py --only mlp cnn --steps 10
@@ -94,26 +94,20 @@ def _cli(*args: str, env: dict[str, str]) -> dict[str, Any]:
 
 
 def probe(env: dict[str, str], repeat: int) -> dict[str, Any]:
-    """Run the probe ``repeat`` times, keep the fastest profile, add the CPU runtime overhead; returns its figures."""
-    import torch
-
-    from trainplan.measure.cpu_rate import activation_rate_gb_s, runtime_overhead_gib
+    """Run the probe ``repeat`` times and keep the profile with the fastest GEMM; each CPU-step figure (1-thread
+    GEMM, training-step thread scaling, element-wise rate) is the best of the ``repeat`` probes (best-of figures
+    on a shared machine); returns its figures."""
     from trainplan.measure.profile import HardwareProfile, save_profile
 
-    best: dict[str, Any] | None = None
-    for _ in range(repeat):
-        got = _cli("probe", "--no-tabular", "--json", env=env)
-        fp32 = next((m["value"] for m in got["measurements"] if m["name"] == "matmul_fp32"), None) or 0.0
-        if best is None or fp32 > best["fp32"]:
-            best = {"fp32": fp32, "profile": got}
-    assert best is not None
-    data = {k: v for k, v in best["profile"].items() if k != "saved_to"}
-    prof = HardwareProfile.from_json(data)
-    torch.set_num_threads(len(os.sched_getaffinity(0)))
-    act = max((activation_rate_gb_s() for _ in range(repeat)), key=lambda m: m.value or 0.0)
-    added = (act, runtime_overhead_gib())
-    names = {m.name for m in added}
-    prof = replace(prof, measurements=tuple(m for m in prof.measurements if m.name not in names) + added)
+    profiles = [HardwareProfile.from_json({k: v for k, v in _cli("probe", "--no-tabular", "--json", env=env).items()
+                                           if k != "saved_to"}) for _ in range(repeat)]  # fmt: skip
+    prof = max(profiles, key=lambda p: p.figure("matmul_fp32") or 0.0)
+    best = {}
+    for name in ("matmul_fp32_1thread", "cpu_step_scaling", "activation_rate"):
+        got = [m for p in profiles for m in p.measurements if m.name == name and m.value]
+        if got:
+            best[name] = max(got, key=lambda m: m.value)
+    prof = replace(prof, measurements=tuple(best.get(m.name, m) for m in prof.measurements))
     save_profile(prof, Path(env["TRAINPLAN_HOME"]) / "hardware_profile.json")
     return {m.name: m.value for m in prof.measurements}
 
@@ -199,7 +193,9 @@ def main() -> int:
         work = Path(tmp)
         env = dict(os.environ, TRAINPLAN_HOME=str(work / "home"), PYTHONPATH=str(ROOT / "src"))
         figures = probe(env, args.probe_repeat)
-        print(f"probe (best of {args.probe_repeat}): matmul fp32 {figures.get('matmul_fp32', 0) * 1e3:.1f} GFLOP/s, "
+        print(f"probe (best of {args.probe_repeat}): matmul fp32 {figures.get('matmul_fp32', 0) * 1e3:.1f} GFLOP/s "
+              f"(1 thread {(figures.get('matmul_fp32_1thread') or 0) * 1e3:.1f}), training-step scaling "
+              f"{figures.get('cpu_step_scaling') or 0:.2f}x, "
               f"bf16 {(figures.get('matmul_bf16') or 0) * 1e3:.1f} GFLOP/s, copy {figures.get('memory_bandwidth') or 0:.2f} GB/s, "
               f"element-wise {figures.get('activation_rate') or 0:.2f} GB/s, "
               f"CPU runtime {(figures.get('cpu_runtime_overhead') or 0) * 1024:.1f} MiB; {cores} cores", flush=True)  # fmt: skip

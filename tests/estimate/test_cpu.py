@@ -414,6 +414,34 @@ def test_the_runtime_overhead_probe_measures_a_fresh_process() -> None:
     assert "fresh interpreter" in m.method and "1 threads" in m.method
 
 
+def test_measured_rates_use_the_probes_thread_scaling_of_a_training_step() -> None:
+    """With the 1-thread GEMM and the reference steps' speedup in the profile, a training step's matmul rate on n
+    threads is the 1-thread rate x Amdahl's speedup (parallel fraction from the measured speedup), not the
+    t-thread GEMM x n/t; bf16 and the element-wise rate follow the same law; the peak stays the GEMM's."""
+    from trainplan.planner.local import amdahl_speedup, parallel_fraction
+
+    prof = _profile(fp32_tflops=0.16, bf16_tflops=0.0008, bw_gb_s=30.0, threads=2, overhead_gib=0.09)
+    extra = (Measurement("matmul_fp32_1thread", 0.08, "TFLOP/s", "cpu", "torch.matmul 1024x1024 fp32, 1 threads"),
+             Measurement("cpu_step_scaling", 1.5, "x", "cpu", "reference steps at 1 and 2 threads"),
+             Measurement("activation_rate", 2.0, "GB/s", "cpu", "x"))  # fmt: skip
+    scaled = replace(prof, measurements=prof.measurements + extra)
+    p = parallel_fraction(1.5, 2)
+    assert p == pytest.approx(2 / 3) and amdahl_speedup(2, p) == pytest.approx(1.5)
+    two, eight = measured_cpu_rates(scaled), measured_cpu_rates(scaled, 8)
+    assert two.rate("fp32") == pytest.approx(0.08e12 * 1.5)  # not the 2-thread GEMM's 0.16e12
+    assert eight.rate("fp32") == pytest.approx(0.08e12 * amdahl_speedup(8, p))  # 2.4x, not 8x
+    assert eight.rate("bf16") == pytest.approx(0.0008e12 * 4 * eight.rate("fp32") / (0.16e12 * 4))
+    assert two.activation_bytes_s == pytest.approx(2.0e9)
+    assert eight.activation_bytes_s == pytest.approx(2.0e9 * amdahl_speedup(8, p) / 1.5)
+    assert eight.peak_rate("fp32") == pytest.approx(4 * 0.16e12) and eight.mem_bw_bytes_s == pytest.approx(4 * 30e9)
+    assert "Amdahl speedup" in eight.source
+    # the step time follows: a compute-bound step on 8 vCPUs is 8 / 2.4 times slower than the GEMM's scaling says
+    old = measured_cpu_rates(prof, 8)
+    assert old.rate("fp32") / eight.rate("fp32") == pytest.approx(0.16e12 * 4 / (0.08e12 * amdahl_speedup(8, p)))
+    # a speedup below 1 (contention) is no parallelism; above linear is all parallel
+    assert parallel_fraction(0.8, 2) == 0.0 and parallel_fraction(2.5, 2) == 1.0
+
+
 def test_an_lstm_traces_with_the_flops_of_its_cpu_operator(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """nn.LSTM on CPU is one oneDNN operator per layer (aten.mkldnn_rnn_layer); it used to trace at 0 FLOPs."""
     pytest.importorskip("torch")

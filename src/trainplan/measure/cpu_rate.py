@@ -13,6 +13,13 @@ BatchNorm stack, so that both the BLAS and the oneDNN kernels are loaded) and re
 ``VmHWM``.  Their tensors are under 0.1 MiB, so the growth is PyTorch's CPU runtime: the code pages of the
 kernel libraries and their buffers, faulted in by the first step.  The CPU estimate (``estimate/cpu.py``)
 adds it to a step's tensors, as the GPU estimate adds the CUDA context.
+
+:func:`step_thread_scaling` times two reference training steps of small networks at one thread and at all of
+torch's threads: their speedup is what more cores buy a small-model step, whose kernels are too short to keep
+every core busy and between which the Python dispatch and the per-parameter optimizer loop run on one core.
+A 1024³ GEMM speeds up with the cores (2.0× from 1 to 2 here); these steps do not (1.1-1.8× for 12 small
+models, docs/benchmarks.md).  :func:`matmul_one_thread_tflops` is the probe's GEMM on one thread, the base the
+speedup multiplies (``planner/local.py: measured_cpu_rates``).
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ from trainplan.measure.microbench import Measurement
 
 NAME = "cpu_runtime_overhead"
 ACTIVATION_NAME = "activation_rate"
+SCALING_NAME = "cpu_step_scaling"
+MATMUL_ONE_THREAD_NAME = "matmul_fp32_1thread"
 
 
 def activation_rate_gb_s(*, channels: int = 64, side: int = 32, batch: int = 16, budget_s: float = 1.0) -> Measurement:
@@ -62,6 +71,90 @@ def activation_rate_gb_s(*, channels: int = 64, side: int = 32, batch: int = 16,
     method = (f"BatchNorm2d+ReLU and LayerNorm+GELU forward+backward on {batch}x{channels}x{side}x{side} fp32, "
               f"{torch.get_num_threads()} threads, best of {reps}")  # fmt: skip
     return Measurement(ACTIVATION_NAME, rate / 1e9, "GB/s", "cpu", method, time.perf_counter() - t0)
+
+def _reference_steps(torch: object) -> list[tuple[object, object, object]]:
+    """The two reference steps: a dense network (3 × Linear 512, ReLU; batch 128) and a convolutional one
+    (two conv 3×3 + BatchNorm + ReLU blocks, 32 and 64 channels, on 16 × 3 × 32 × 32), each with cross-entropy
+    and AdamW — the dense and the convolutional shape of a small network, fixed once for every machine."""
+    nn = torch.nn  # type: ignore[attr-defined]
+    dense = nn.Sequential(nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+    conv = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                         nn.Flatten(), nn.Linear(64, 10))  # fmt: skip
+    return [(dense, torch.randn(128, 512), torch.randint(0, 10, (128,))),  # type: ignore[attr-defined]
+            (conv, torch.randn(16, 3, 32, 32), torch.randint(0, 10, (16,)))]  # type: ignore[attr-defined]  # fmt: skip
+
+
+def step_thread_scaling(*, threads: int | None = None, rounds: int = 5, reps: int = 3) -> Measurement:
+    """Speedup (×) of the reference training steps from 1 thread to ``threads`` (default: torch's threads).
+
+    Each of the two steps (:func:`_reference_steps`) is timed forward + loss + backward + AdamW step.  The
+    thread counts alternate over ``rounds`` rounds of ``reps`` steps each (after a warm-up step that creates the
+    optimizer state), so that load from other processes falls on both alike; each step's fastest time per
+    thread count is kept (a best-of, as the probe's other figures).  Speedup = the sum of the 1-thread times
+    over the sum of the ``threads``-thread times.  torch's thread count is restored afterwards.
+    """
+    t0 = time.perf_counter()
+    try:
+        import torch
+    except ImportError:
+        return Measurement(SCALING_NAME, None, "x", "cpu", "", note="needs torch")
+    before = int(torch.get_num_threads())
+    n = threads or before
+    method = (f"2 reference training steps (dense 3x512 batch 128, conv 32/64ch 16x3x32x32; AdamW) at 1 and {n} "
+              f"threads, alternating, best of {rounds}x{reps}")  # fmt: skip
+    if n <= 1:
+        return Measurement(SCALING_NAME, None, "x", "cpu", method, note="one thread: nothing to scale")
+    steps = _reference_steps(torch)
+    loss = torch.nn.functional.cross_entropy
+    opts = [torch.optim.AdamW(model.parameters()) for model, _, _ in steps]  # type: ignore[attr-defined]
+
+    def once(i: int) -> float:
+        (model, x, y), opt = steps[i], opts[i]
+        s = time.perf_counter()
+        loss(model(x), y).backward()  # type: ignore[operator]
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return time.perf_counter() - s
+
+    best = {(k, i): float("inf") for k in (1, n) for i in range(len(steps))}
+    try:
+        for k in (1, n):  # warm-up: optimizer state, kernel selection, the thread pool
+            torch.set_num_threads(k)
+            for i in range(len(steps)):
+                once(i)
+        for _ in range(rounds):
+            for k in (1, n):
+                torch.set_num_threads(k)
+                for i in range(len(steps)):
+                    for _ in range(reps):
+                        best[k, i] = min(best[k, i], once(i))
+    finally:
+        torch.set_num_threads(before)
+    one = sum(best[1, i] for i in range(len(steps)))
+    many = sum(best[n, i] for i in range(len(steps)))
+    return Measurement(SCALING_NAME, one / many, "x", "cpu", f"{method}: {one * 1e3:.1f} ms vs {many * 1e3:.1f} ms",
+                       time.perf_counter() - t0)  # fmt: skip
+
+
+def matmul_one_thread_tflops(*, budget_s: float = 1.5) -> Measurement:
+    """The probe's fp32 GEMM (``microbench.matmul_tflops``) on one thread: the per-core rate the speedup scales."""
+    try:
+        import torch
+    except ImportError:
+        return Measurement(MATMUL_ONE_THREAD_NAME, None, "TFLOP/s", "cpu", "", note="needs torch")
+    from dataclasses import replace
+
+    from trainplan.measure.microbench import matmul_tflops
+
+    before = int(torch.get_num_threads())
+    torch.set_num_threads(1)
+    try:
+        m = matmul_tflops("fp32", budget_s=budget_s)
+    finally:
+        torch.set_num_threads(before)
+    return replace(m, name=MATMUL_ONE_THREAD_NAME)
+
 
 _SCRIPT = r"""
 import re, sys

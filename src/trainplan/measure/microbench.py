@@ -369,6 +369,14 @@ def plan_benchmarks(*, cuda_devices: int = 0, bf16: bool | None = None, torch_in
     if torch_installed:
         out.append(Bench("matmul bf16 (CPU)", lambda: matmul_tflops("bf16", budget_s=b, n=256 if quick else 512)))
     out.append(Bench("memory bandwidth (CPU)", lambda: memory_bandwidth_gb_s(budget_s=b / 1.5, mib=64 if quick else None)))
+    if torch_installed:  # what the CPU time model of a neural-network step uses (measure/cpu_rate.py)
+        from trainplan.measure import cpu_rate
+
+        out.append(Bench("matmul fp32, one thread (CPU)", lambda: cpu_rate.matmul_one_thread_tflops(budget_s=b)))
+        out.append(Bench("training-step thread scaling (CPU)",
+                         lambda: cpu_rate.step_thread_scaling(rounds=1 if quick else 5, reps=1 if quick else 3)))  # fmt: skip
+        out.append(Bench("element-wise layers (CPU)", lambda: cpu_rate.activation_rate_gb_s(budget_s=b / 1.5)))
+        out.append(Bench("PyTorch CPU runtime (fresh process)", lambda: cpu_rate.runtime_overhead_gib()))
     if cuda_devices:
         dtypes = ["fp32", "tf32", "fp16"] + (["bf16"] if bf16 else [])
         for dt in dtypes:

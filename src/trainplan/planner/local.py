@@ -29,39 +29,76 @@ def _probe_threads(profile: "HardwareProfile") -> int:
     return int(found.group(1)) if found else int(profile.machine.get("cpu_cores") or 1)
 
 
+def amdahl_speedup(threads: float, parallel_fraction: float) -> float:
+    """Amdahl's law (G. Amdahl, "Validity of the single processor approach to achieving large scale computing
+    capabilities", AFIPS 1967): the speedup on ``threads`` of work whose ``parallel_fraction`` spreads over them."""
+    return 1.0 / ((1.0 - parallel_fraction) + parallel_fraction / max(threads, 1.0))
+
+
+def parallel_fraction(speedup: float, threads: float) -> float:
+    """The parallel fraction that gives ``speedup`` on ``threads`` (Amdahl's law solved for it), within [0, 1]."""
+    if threads <= 1 or speedup <= 0:
+        return 1.0
+    return min(1.0, max(0.0, (1.0 - 1.0 / speedup) / (1.0 - 1.0 / threads)))
+
+
 def measured_cpu_rates(profile: "HardwareProfile", vcpus: int | None = None) -> CpuRates | None:
     """This machine's cores as ``trainplan probe`` measured them, scaled to ``vcpus`` (default: as measured).
 
-    Matmul rates (fp32, bf16) and the copy bandwidth are the probe's (``measure/microbench.py``: best
-    ``n × n`` GEMM rate, STREAM-style copy), taken with ``t`` threads; ``vcpus`` other than ``t`` scale both
-    by ``vcpus / t`` (each vCPU of this CPU adds its matmul units and its share of the memory channels, the
-    rule the catalog's spec follows).  The runtime overhead is the probe's ``cpu_runtime_overhead`` when it
-    measured one.  None without a measured fp32 matmul rate or bandwidth.
+    The probe's figures are taken with ``t`` threads (``measure/microbench.py``: best ``n × n`` GEMM rate,
+    STREAM-style copy; ``measure/cpu_rate.py``: element-wise rate, CPU runtime, thread scaling).
+
+    * **Matmul rate of a training step on n vCPUs** (n = ``vcpus``, default t): when the probe measured the
+      GEMM on one thread (``matmul_fp32_1thread``, R₁) and the speedup S of its reference training steps from
+      1 to t threads (``cpu_step_scaling``), R(n) = R₁ × Amdahl(n, p), p the parallel fraction that gives S on t
+      threads.  A training step of a small network does not scale as a large GEMM does (its kernels are short;
+      dispatch and the per-parameter optimizer loop run on one core), so the 1024³ GEMM × n/t overstates what
+      more cores buy.  bf16 is scaled by the same factor as fp32.  Without those two figures (an older profile,
+      a one-core probe): the t-thread GEMM × n/t, as before.
+    * **Element-wise rate**: the probe's at t threads, × Amdahl(n, p) / Amdahl(t, p) (× n/t without p).
+    * **Copy bandwidth**: × n/t (each vCPU's share of the memory channels, the rule the catalog's spec follows).
+    * **Peak** (the MFU denominator): the t-thread GEMM × n/t.
+
+    The runtime overhead is the probe's ``cpu_runtime_overhead`` when it measured one.  None without a measured
+    fp32 matmul rate or bandwidth.
     """
     fp32 = profile.figure("matmul_fp32")
     bw = profile.figure("memory_bandwidth")
     if not fp32 or not bw:
         return None
     threads = _probe_threads(profile)
-    scale = (vcpus or threads) / threads
-    matmul = [("fp32", fp32 * 1e12 * scale)]
+    n = float(vcpus or threads)
+    scale = n / threads
+    one_thread, speedup = profile.figure("matmul_fp32_1thread"), profile.figure("cpu_step_scaling")
+    p = parallel_fraction(speedup, threads) if one_thread and speedup and threads > 1 else None
+    peak = [("fp32", fp32 * 1e12 * scale)]
     bf16 = profile.figure("matmul_bf16")
     if bf16:
-        matmul.append(("bf16", bf16 * 1e12 * scale))
+        peak.append(("bf16", bf16 * 1e12 * scale))
+    if p is not None:
+        step_fp32 = one_thread * 1e12 * amdahl_speedup(n, p)
+        matmul = [(dt, r * step_fp32 / peak[0][1]) for dt, r in peak]
+        act_scale = amdahl_speedup(n, p) / amdahl_speedup(threads, p)
+    else:
+        matmul, act_scale = list(peak), scale
     overhead = profile.figure("cpu_runtime_overhead")
     act = profile.figure("activation_rate")  # GB/s; without it the catalog's per-core figure × threads
-    act_bytes_s = (act * 1e9 if act else get_catalog().assumption("cpu_activation_gb_s_per_core") * 1e9 * threads) * scale
+    act_t = act * 1e9 if act else get_catalog().assumption("cpu_activation_gb_s_per_core") * 1e9 * threads
     scaled = f", scaled to {vcpus} vCPUs" if vcpus and vcpus != threads else ""
     rates = ", ".join(f"{dt} {r / 1e9:,.0f} GFLOP/s" for dt, r in matmul)
+    scaling = (f"; a training step on {n:g} threads: 1-thread GEMM {one_thread * 1e3:.1f} GFLOP/s × Amdahl speedup "
+               f"{amdahl_speedup(n, p):.2f} (parallel fraction {p:.2f} from the reference steps' {speedup:.2f}x on "
+               f"{threads} threads)") if p is not None else ""  # fmt: skip
     return CpuRates(
         matmul=tuple(matmul),
-        peak=tuple(matmul),
+        peak=tuple(peak),
         mem_bw_bytes_s=bw * 1e9 * scale,
-        activation_bytes_s=act_bytes_s,
-        cores=float(vcpus or threads),
+        activation_bytes_s=act_t * act_scale,
+        cores=n,
         source=(f"{profile.machine.get('cpu_model') or 'this CPU'}: measured by trainplan probe on {profile.host}, "
-                f"{profile.date} ({threads} threads: matmul {rates}, copy {bw:.1f} GB/s, element-wise "
-                f"{act_bytes_s / scale / 1e9:.2f} GB/s{'' if act else ' (catalog per-core figure)'}{scaled})"),  # fmt: skip
+                f"{profile.date} ({threads} threads: GEMM {fp32 * 1e3:,.0f} GFLOP/s, copy {bw:.1f} GB/s, element-wise "
+                f"{act_t / 1e9:.2f} GB/s{'' if act else ' (catalog per-core figure)'}{scaled}; matmul {rates}"
+                f"{scaling})"),  # fmt: skip
         measured=True,
         runtime_overhead_bytes=overhead * GIB if overhead else None,
     )
