@@ -292,8 +292,8 @@ def test_plan_job_transformer_single_node_options_match_brute_force(seed: int) -
     assert planned_single_node == brute_fit
     key = _oracle_key(objective)
     best_brute = min((e for e in brute if e.fits), key=key, default=None)
-    if best_brute is not None:  # more nodes may only do better, never worse
-        assert key(plan.best) <= key(best_brute)
+    if best_brute is not None:  # more nodes may only do better, never worse (ties as the planner rounds them)
+        assert rank_key(objective)(plan.best) <= rank_key(objective)(best_brute)
     assert [rank_key(objective)(e) for e in plan.options] == sorted(rank_key(objective)(e) for e in plan.options)
 
 
@@ -342,9 +342,9 @@ def test_reference_zero2_fits_4x_a100_80gb_not_4x_a100_40gb() -> None:
     assert not e40.fits and e40.reason.startswith("needs") and e40.memory.peak > 40 * GIB
     off = _ref_estimate("A100-40GB", 4, Strategy.ZERO2_OFFLOAD)
     assert off.fits and off.memory.peak < 40 * GIB and off.memory.host > 0
-    # offload moves the optimizer state off the GPU: less device memory, more step time
+    # offload moves the optimizer state off the GPU: less device memory, more step time on the same GPUs
     assert off.memory.optimizer < e40.memory.optimizer
-    assert off.step_time_s > e80.step_time_s
+    assert off.step_time_s > e40.step_time_s
 
 
 def test_reference_memory_decreases_with_zero_stage() -> None:

@@ -186,6 +186,7 @@ def compose(
             flops_backward=profile.flops.backward + profile.flops.recompute, flops_model=profile.flops.model,
             trainable_params=profile.params.trainable, total_params=profile.params.total, efficiency=eff,
             adafactor_elems_per_param=profile.params.factored_state_elems,
+            split=profile.flops.split if efficiency is None else None,  # a measured efficiency covers the whole step
         )  # fmt: skip
         seconds, mfu, breakdown = st.seconds, st.mfu, st.breakdown
         if st.reason and rejection is None:

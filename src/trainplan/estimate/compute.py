@@ -12,13 +12,39 @@
   for them (Hu et al. 2021, "LoRA", Sec. 4.2: no gradients for frozen weights).
 * Recomputation: full checkpointing re-runs each block's forward once;
   selective re-runs the attention core (Korthikanti et al. 2022, Sec. 5).
+* A fused (FlashAttention) kernel recomputes the scores S = QKᵀ and P in its
+  backward instead of storing them: its backward executes 2.5× its forward
+  FLOPs (5 matmuls against 2; Dao et al. 2022, "FlashAttention", Sec. 3.1 and
+  Alg. 4; the FLOP count of Dao-AILab/flash-attention
+  benchmarks/benchmark_flash_attention.py, ``flops()``: bwd = 2.5 × fwd).
+* Memory-bound work (``KernelSplit``): norms, residual adds, the MLP's
+  activation and rotary embeddings do almost no FLOPs but move whole
+  activations through HBM; their time is bytes / bandwidth, not FLOPs / peak
+  (Ivanov et al. 2021, "Data Movement Is All You Need", MLSys: these operators
+  take a large share of BERT training time at a tiny share of the FLOPs;
+  Williams et al. 2009, "Roofline").
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainplan.spec import Checkpointing
+from trainplan.estimate.architecture import attention_inner_dim, kv_inner_dim
+from trainplan.model import ModelArch
+from trainplan.spec import Checkpointing, Precision
+
+
+@dataclass(frozen=True)
+class KernelSplit:
+    """The parts of one micro-batch that do not run at matmul speed (analytic transformer profiles).
+
+    The attention FLOPs are included in ``StepFlops``' forward / backward / recompute; the bytes are extra.
+    """
+
+    attention_forward: float  # FLOPs of the fused attention kernel in forward
+    attention_backward: float  # in backward, with the kernel's own recomputation and any checkpoint recompute
+    bytes_forward: float  # HBM bytes moved by memory-bound ops (norms, residual adds, MLP activation, rotary)
+    bytes_backward: float  # in backward, with checkpoint recompute
 
 
 @dataclass(frozen=True)
@@ -29,11 +55,13 @@ class StepFlops:
     backward: float  # executed
     recompute: float
     causal_skipped: float = 0.0  # attention FLOPs (forward + backward) a fused causal kernel does not execute
+    kernel_recompute: float = 0.0  # FLOPs a fused attention kernel recomputes in its backward (in `backward`)
+    split: KernelSplit | None = None  # what runs at attention-kernel or memory speed; None: all at one efficiency
 
     @property
     def model(self) -> float:
         """FLOPs that count toward MFU: the conventional count (full attention, no recomputation)."""
-        return self.forward + self.backward + self.causal_skipped
+        return self.forward + self.backward - self.kernel_recompute + self.causal_skipped
 
     @property
     def hardware(self) -> float:
@@ -51,6 +79,35 @@ def attention_flops_forward(*, layers: int, seq_len: int, attn_dim: int, tokens:
     return 4.0 * layers * seq_len * attn_dim * tokens
 
 
+# Backward of a unary pointwise op reads its saved input and the output gradient and writes the input
+# gradient: 3 activation-sized tensors against forward's 2 (read input, write output).
+MEMORY_BOUND_BACKWARD_RATIO = 1.5
+# FlashAttention's backward: dV = PᵀdO, dP = dO·Vᵀ, dS → dQ = dS·K, dK = dSᵀQ, plus S = QKᵀ recomputed:
+# 5 matmuls of the forward's 2 (Dao et al. 2022, Alg. 4; flash-attention benchmark_flash_attention.py flops()).
+FUSED_ATTENTION_BACKWARD_RATIO = 2.5
+
+
+def memory_bound_bytes_per_token(arch: ModelArch, precision: Precision) -> float:
+    """HBM bytes one block's memory-bound ops move per token in forward (one kernel per op: a lower bound).
+
+    Under AMP the weights are fp32, so the embeddings and the residual stream are fp32 (an add of a 16-bit
+    branch output to it promotes) and autocast runs layer_norm in fp32 (torch.amp autocast op reference:
+    layer_norm is in the fp32 list); the next matmul casts its input to 16 bits.  Per block:
+    two norms (read + write a residual row, + the cast when the dtypes differ); two residual adds (read the
+    stream and the branch output, write the stream); the MLP activation (GELU: read + write the ffn row;
+    SwiGLU: act(gate) read + write, then act·up read 2 write 1); rotary embeddings (read + write q and k).
+    Bias adds run in the matmul's epilogue (cuBLAS addmm) and move nothing extra.
+    """
+    a = precision.compute_bytes
+    r = 4 if precision.mixed else a
+    h, f = arch.hidden, arch.ffn_hidden
+    norm = 2 * r * h + ((r + a) * h if r != a else 0)
+    residual = (2 * r + a) * h
+    activation = (5 if arch.mlp == "swiglu" else 2) * a * f
+    rotary = 2 * a * (attention_inner_dim(arch) + kv_inner_dim(arch)) if arch.position == "rope" else 0
+    return float(2 * norm + 2 * residual + activation + rotary)
+
+
 def training_step_flops(
     *,
     tokens: float,
@@ -63,30 +120,49 @@ def training_step_flops(
     checkpointing: Checkpointing,
     lm_head_params: float,
     causal_fused_attention: bool = False,
+    block_bytes_per_token: float = 0.0,
 ) -> StepFlops:
     """Forward, backward and recomputation FLOPs of one micro-batch of ``tokens``.
 
     ``trainable_matmul_params`` get a weight gradient (backward 2× forward);
     the frozen rest only the input gradient (1× forward).  Adapters (LoRA) add
-    their own 6 FLOPs per parameter per token.
+    their own 6 FLOPs per parameter per token.  With ``block_bytes_per_token``
+    (``memory_bound_bytes_per_token``) the result carries a ``KernelSplit``:
+    the fused attention kernel's FLOPs and the memory-bound ops' bytes, so the
+    step time can price each at its own rate (steptime.py).
     """
     mm = matmul_flops_forward(matmul_params, tokens)
     attn = attention_flops_forward(layers=layers, seq_len=seq_len, attn_dim=attn_dim, tokens=tokens)
-    skipped = 0.0
+    skipped = kernel_recompute = 0.0
+    attn_backward = 2.0 * attn
     if causal_fused_attention:
         # A fused causal kernel skips the blocks above the diagonal: it executes half the
         # attention FLOPs (Dao 2023, "FlashAttention-2", Sec. 3.1.1).  MFU keeps the
         # conventional full count (PaLM App. B) through `causal_skipped`.
         attn = attn / 2
         skipped = 3 * attn
+        attn_backward = FUSED_ATTENTION_BACKWARD_RATIO * attn
+        kernel_recompute = attn_backward - 2.0 * attn
     adapters = matmul_flops_forward(adapter_params, tokens)
     frozen_mm = matmul_flops_forward(matmul_params - trainable_matmul_params, tokens)
     forward = mm + attn + adapters
-    backward = 2.0 * (mm - frozen_mm) + frozen_mm + 2.0 * attn + 2.0 * adapters
+    backward = 2.0 * (mm - frozen_mm) + frozen_mm + attn_backward + 2.0 * adapters
     if checkpointing is Checkpointing.FULL:
         recompute = forward - matmul_flops_forward(lm_head_params, tokens)
     elif checkpointing is Checkpointing.SELECTIVE:
         recompute = attn
     else:
         recompute = 0.0
-    return StepFlops(forward=forward, backward=backward, recompute=recompute, causal_skipped=skipped)
+    split = None
+    if block_bytes_per_token > 0:
+        fused = attn if causal_fused_attention else 0.0
+        bytes_fwd = block_bytes_per_token * layers * tokens
+        bytes_bwd = MEMORY_BOUND_BACKWARD_RATIO * bytes_fwd
+        if checkpointing is Checkpointing.FULL:
+            bytes_bwd += bytes_fwd
+        recomputed_attn = fused if checkpointing in (Checkpointing.FULL, Checkpointing.SELECTIVE) else 0.0
+        split = KernelSplit(attention_forward=fused,
+                            attention_backward=(attn_backward if fused else 0.0) + recomputed_attn,
+                            bytes_forward=bytes_fwd, bytes_backward=bytes_bwd)  # fmt: skip
+    return StepFlops(forward=forward, backward=backward, recompute=recompute, causal_skipped=skipped,
+                     kernel_recompute=kernel_recompute, split=split)  # fmt: skip

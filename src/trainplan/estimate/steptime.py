@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainplan.catalog import Catalog
+from trainplan.estimate.compute import KernelSplit
 from trainplan.estimate.comms import Links, comm_plan, exposed_comm_seconds
 from trainplan.estimate.memory import gradient_bytes_per_param, optimizer_bytes_per_param, weight_bytes_per_param
 from trainplan.estimate.result import Hardware
@@ -36,6 +37,22 @@ def matmul_efficiency(catalog: Catalog, accelerator_id: str, hidden: int) -> flo
     large = float(table.get(accelerator_id, catalog.assumption("mfu_large")))
     h_half = catalog.assumption("mfu_hidden_half")
     return large * hidden / (hidden + h_half)
+
+
+def _by_accelerator(catalog: Catalog, key: str, accelerator_id: str) -> float:
+    table = catalog.assumptions.get(key, {}).get("by_accelerator", {}) or {}
+    return float(table.get(accelerator_id, catalog.assumption(key)))
+
+
+def gemm_efficiency(catalog: Catalog, accelerator_id: str) -> float:
+    """Fraction of dense peak the matmuls of a training step reach (``gemm_efficiency`` in assumptions.yaml)."""
+    return _by_accelerator(catalog, "gemm_efficiency", accelerator_id)
+
+
+def attention_efficiency(catalog: Catalog, accelerator_id: str) -> float:
+    """Fraction of dense peak a fused attention kernel reaches, forward + backward, FLOPs counted as FlashAttention
+    counts them (causal half, backward 2.5× forward) — ``attention_efficiency`` in assumptions.yaml."""
+    return _by_accelerator(catalog, "attention_efficiency", accelerator_id)
 
 
 def default_efficiency(catalog: Catalog, accelerator_id: str, width: int | None) -> float:
@@ -80,10 +97,16 @@ def step_time(
     total_params: float,
     efficiency: float,
     adafactor_elems_per_param: float = 0.0,
+    split: KernelSplit | None = None,
 ) -> StepTime:
     """Seconds per optimizer step on ``hw`` with ``strategy``.
 
-    compute = micro-steps × FLOPs / (dense peak × efficiency); communication
+    compute = micro-steps × FLOPs / (dense peak × efficiency); with a
+    ``split`` (analytic transformer profiles, no measured efficiency) the
+    matmuls run at ``gemm_efficiency``, the fused attention kernel at
+    ``attention_efficiency`` and the memory-bound ops take bytes / (HBM
+    bandwidth × ``mem_bw_efficiency``) (roofline: Williams et al. 2009;
+    Ivanov et al. 2021, "Data Movement Is All You Need"); communication
     after overlap (comms.py); the optimizer step is memory-bound (bytes touched
     / HBM bandwidth × its achievable fraction); offload replaces it with a CPU
     step bound by host memory bandwidth, shared by the node's ranks, plus PCIe
@@ -98,8 +121,15 @@ def step_time(
         return StepTime(float("inf"), None, {}, f"{acc.id if acc else 'CPU'} has no published peak for {dtype}")
     layout = hw.layout
     n = layout.world_size
-    t_fwd = flops_forward / (peak * efficiency)
-    t_bwd = flops_backward / (peak * efficiency)
+    if split is None:
+        t_fwd = flops_forward / (peak * efficiency)
+        t_bwd = flops_backward / (peak * efficiency)
+    else:
+        e_mm, e_attn = gemm_efficiency(catalog, acc.id), attention_efficiency(catalog, acc.id)
+        bw = acc.mem_bandwidth_gb_s * 1e9 * catalog.assumption("mem_bw_efficiency")
+        a_f, a_b = split.attention_forward, split.attention_backward
+        t_fwd = (flops_forward - a_f) / (peak * e_mm) + a_f / (peak * e_attn) + split.bytes_forward / bw
+        t_bwd = (flops_backward - a_b) / (peak * e_mm) + a_b / (peak * e_attn) + split.bytes_backward / bw
     reason = None
     try:
         plan = comm_plan(strategy, layout=layout, links=links_for(hw, catalog), trainable_params=trainable_params,

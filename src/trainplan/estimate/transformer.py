@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from trainplan.catalog import Catalog, get_catalog, resolve_model
 from trainplan.estimate import architecture as arch_mod
 from trainplan.estimate.compose import compose
-from trainplan.estimate.compute import training_step_flops
+from trainplan.estimate.compute import memory_bound_bytes_per_token, training_step_flops
 from trainplan.estimate.memory import (
     checkpointed_activation_bytes,
     dequantized_weight_bytes,
@@ -162,6 +162,7 @@ def transformer_profile(job: TransformerJob, catalog: Catalog | None = None, *, 
         checkpointing=job.activation_checkpointing,
         lm_head_params=arch.vocab * arch.hidden if arch.has_lm_head else 0,
         causal_fused_attention=_flash(job) and arch.arch == "decoder",
+        block_bytes_per_token=memory_bound_bytes_per_token(arch, job.precision),
     )
     # AMP autocast caches a 16-bit copy of every fp32 matmul weight it casts (torch.amp docs); frozen
     # LoRA/QLoRA bases are stored in 16 (or 4) bits already, so only full training makes them.

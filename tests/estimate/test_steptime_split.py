@@ -1,0 +1,123 @@
+"""Step time of analytic transformer profiles: matmuls, the fused attention kernel and memory-bound ops each at their
+own rate (compute.KernelSplit, steptime.step_time)."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainplan.catalog import find_accelerator, get_catalog
+from trainplan.estimate.compute import memory_bound_bytes_per_token, training_step_flops
+from trainplan.estimate.hardware import hardware_for_gpu
+from trainplan.estimate.steptime import attention_efficiency, gemm_efficiency
+from trainplan.estimate.transformer import estimate_transformer, transformer_profile
+from trainplan.model import ModelArch
+from trainplan.spec import Checkpointing, Precision, parse_job
+from trainplan.strategies import Strategy
+
+GPT_125M = dict(layers=12, hidden=768, heads=12, ffn_hidden=3072, vocab=50368, mlp="gelu", position="learned",
+                norm="layernorm", bias=True)  # fmt: skip
+KW = dict(tokens=4096.0, matmul_params=1e9, trainable_matmul_params=1e9, adapter_params=0.0, layers=24, seq_len=4096,
+          attn_dim=2048, lm_head_params=1e8)  # fmt: skip
+
+
+def _job(seq_len: int = 2048, micro_batch: int = 4, **extra):
+    model = dict(GPT_125M)
+    model.update(extra.pop("model", {}))
+    data = {"kind": "transformer", "model": model, "seq_len": seq_len, "micro_batch": micro_batch, "steps": 1}
+    data.update(extra)
+    return parse_job(data)
+
+
+def test_fused_attention_backward_recomputes_the_scores() -> None:
+    # FlashAttention's backward runs 5 matmuls against the forward's 2 (Dao et al. 2022, Alg. 4): 2.5x, not 2x
+    plain = training_step_flops(checkpointing=Checkpointing.NONE, **KW)  # type: ignore[arg-type]
+    fused = training_step_flops(checkpointing=Checkpointing.NONE, causal_fused_attention=True,
+                                block_bytes_per_token=1.0, **KW)  # type: ignore[arg-type]  # fmt: skip
+    assert fused.split is not None
+    assert fused.split.attention_backward == pytest.approx(2.5 * fused.split.attention_forward)
+    assert fused.kernel_recompute == pytest.approx(0.5 * fused.split.attention_forward)
+    # MFU's numerator stays the conventional count (full attention, no recomputation of any kind)
+    assert fused.model == pytest.approx(plain.model)
+    assert fused.hardware < plain.hardware  # the causal half is skipped, the extra 0.5x does not make it up
+
+
+def test_full_checkpointing_recomputes_attention_and_memory_bound_ops() -> None:
+    kw = dict(causal_fused_attention=True, block_bytes_per_token=100.0, **KW)
+    none = training_step_flops(checkpointing=Checkpointing.NONE, **kw)  # type: ignore[arg-type]
+    full = training_step_flops(checkpointing=Checkpointing.FULL, **kw)  # type: ignore[arg-type]
+    sel = training_step_flops(checkpointing=Checkpointing.SELECTIVE, **kw)  # type: ignore[arg-type]
+    assert none.split and full.split and sel.split
+    attn = none.split.attention_forward
+    assert full.split.attention_backward == pytest.approx(none.split.attention_backward + attn)
+    assert sel.split.attention_backward == pytest.approx(none.split.attention_backward + attn)
+    assert none.split.bytes_forward == pytest.approx(100.0 * 24 * 4096)
+    assert none.split.bytes_backward == pytest.approx(1.5 * none.split.bytes_forward)
+    assert full.split.bytes_backward == pytest.approx(2.5 * none.split.bytes_forward)
+    assert sel.split.bytes_backward == pytest.approx(none.split.bytes_backward)  # selective recomputes only attention
+
+
+def test_memory_bound_bytes_count_the_ops_of_a_block() -> None:
+    gpt = ModelArch(**GPT_125M)
+    # AMP: fp32 residual stream. norm 2·4h + cast (4+2)h; residual add (2·4+2)h; GELU 2·2·4h — each twice but GELU
+    h = 768
+    assert memory_bound_bytes_per_token(gpt, Precision.BF16) == 2 * (8 * h + 6 * h) + 2 * (10 * h) + 2 * 2 * 4 * h
+    # pure bf16: everything 16-bit, no casts
+    assert memory_bound_bytes_per_token(gpt, Precision.BF16_PURE) == 2 * (4 * h) + 2 * (6 * h) + 2 * 2 * 4 * h
+    llama = ModelArch(layers=2, hidden=4096, heads=32, kv_heads=8, ffn_hidden=11008, vocab=32000)
+    h, f, q, kv = 4096, 11008, 4096, 1024
+    # SwiGLU: act(gate) read+write, product read 2 write 1; rotary reads and writes q and k
+    expected = 2 * (8 * h + 6 * h) + 2 * (10 * h) + 5 * 2 * f + 2 * 2 * (q + kv)
+    assert memory_bound_bytes_per_token(llama, Precision.BF16) == expected
+
+
+def test_memory_bound_ops_cost_more_on_a_gpu_with_less_bandwidth() -> None:
+    # A100-40GB and A100-80GB have the same tensor peak (312 TFLOP/s) but 1555 vs 2039 GB/s of HBM
+    cat = get_catalog()
+    job = _job()
+    t = {}
+    for acc in ("A100-40GB", "A100-80GB"):
+        hw = hardware_for_gpu(find_accelerator(acc), cat, gpus=1)
+        t[acc] = estimate_transformer(job, hw, Strategy.SINGLE, cat).step_time_s
+    assert t["A100-40GB"] > t["A100-80GB"] * 1.03
+
+
+def test_long_sequences_lose_mfu_on_hopper_where_attention_kernels_lag() -> None:
+    # the attention share grows with s; Ampere-style kernels reach less of H100's peak than of A100's
+    cat = get_catalog()
+    mfu = {}
+    for acc in ("A100-80GB", "H100-80GB"):
+        hw = hardware_for_gpu(find_accelerator(acc), cat, gpus=1)
+        mfu[acc] = [estimate_transformer(_job(seq_len=s, micro_batch=max(1, 16384 // s)), hw, Strategy.SINGLE, cat).mfu
+                    for s in (2048, 32768)]  # fmt: skip
+    a100, h100 = attention_efficiency(cat, "A100-80GB"), attention_efficiency(cat, "H100-80GB")
+    assert h100 < a100 < gemm_efficiency(cat, "A100-80GB")
+    assert mfu["H100-80GB"][1] < mfu["H100-80GB"][0]  # measured: llm-foundry H100 MFU falls from ~0.42 to ~0.33
+    assert mfu["H100-80GB"][1] / mfu["H100-80GB"][0] < mfu["A100-80GB"][1] / mfu["A100-80GB"][0]
+
+
+def test_step_time_adds_the_three_rates() -> None:
+    cat = get_catalog()
+    job = _job()
+    acc = find_accelerator("A100-80GB")
+    hw = hardware_for_gpu(acc, cat, gpus=1)
+    prof = transformer_profile(job, cat)
+    split = prof.flops.split
+    assert split is not None and split.attention_forward > 0
+    peak = 312e12
+    bw = 2039e9 * cat.assumption("mem_bw_efficiency")
+    fwd_bwd = prof.flops.forward + prof.flops.backward + prof.flops.recompute
+    attn = split.attention_forward + split.attention_backward
+    e_mm, e_attn = gemm_efficiency(cat, acc.id), attention_efficiency(cat, acc.id)
+    expected = (fwd_bwd - attn) / (peak * e_mm) + attn / (peak * e_attn) + (split.bytes_forward + split.bytes_backward) / bw
+    e = estimate_transformer(job, hw, Strategy.SINGLE, cat)
+    assert e.time_breakdown["compute_s"] == pytest.approx(expected)
+
+
+def test_a_measured_efficiency_prices_the_whole_step_at_that_efficiency() -> None:
+    # a calibration measures the step as a whole: no split, every executed FLOP at the measured rate
+    cat = get_catalog()
+    job = _job()
+    hw = hardware_for_gpu(find_accelerator("A100-80GB"), cat, gpus=1)
+    prof = transformer_profile(job, cat)
+    e = estimate_transformer(job, hw, Strategy.SINGLE, cat, efficiency=0.4)
+    assert e.time_breakdown["compute_s"] == pytest.approx(prof.flops.hardware / (312e12 * 0.4))
