@@ -108,7 +108,8 @@ def test_step_time_adds_the_three_rates() -> None:
     fwd_bwd = prof.flops.forward + prof.flops.backward + prof.flops.recompute
     attn = split.attention_forward + split.attention_backward
     e_mm, e_attn = gemm_efficiency(cat, acc.id), attention_efficiency(cat, acc.id)
-    expected = (fwd_bwd - attn) / (peak * e_mm) + attn / (peak * e_attn) + (split.bytes_forward + split.bytes_backward) / bw
+    moved = split.bytes_forward + split.bytes_backward
+    expected = (fwd_bwd - attn) / (peak * e_mm) + attn / (peak * e_attn) + moved / bw
     e = estimate_transformer(job, hw, Strategy.SINGLE, cat)
     assert e.time_breakdown["compute_s"] == pytest.approx(expected)
 
@@ -121,3 +122,36 @@ def test_a_measured_efficiency_prices_the_whole_step_at_that_efficiency() -> Non
     prof = transformer_profile(job, cat)
     e = estimate_transformer(job, hw, Strategy.SINGLE, cat, efficiency=0.4)
     assert e.time_breakdown["compute_s"] == pytest.approx(prof.flops.hardware / (312e12 * 0.4))
+
+
+def _offload_seconds(strategy, micro_steps: int = 4) -> float:
+    from trainplan.estimate.steptime import step_time
+    from trainplan.spec import Optimizer
+
+    cat = get_catalog()
+    hw = hardware_for_gpu(find_accelerator("A100-80GB"), cat, gpus=8)
+    st = step_time(hw=hw, strategy=strategy, catalog=cat, precision=Precision.BF16, optimizer=Optimizer.ADAMW,
+                   micro_steps=micro_steps, flops_forward=1e15, flops_backward=2e15, flops_model=3e15,
+                   trainable_params=8e9, total_params=8e9, efficiency=0.5)  # fmt: skip
+    return st.breakdown["offload_s"]
+
+
+def test_fsdp_cpu_offload_streams_the_fp32_shard_every_micro_step() -> None:
+    # FSDP's CPU offload (torch/distributed/fsdp/_flat_param.py _use_low_precision_shard, _runtime_utils.py
+    # _offload_grad): the fp32 shard goes to the device at each unshard (forward, backward) and the fp32 sharded
+    # gradient comes back after each reduce-scatter. Tested through the strategy's properties, as any FSDP
+    # offload strategy exposes them.
+    from types import SimpleNamespace
+
+    from trainplan.strategies import Engine, ZeroStage
+
+    fsdp_offload = SimpleNamespace(engine=Engine.FSDP, zero_stage=ZeroStage.STAGE_3, offloads_optimizer=True,
+                                   offloads_parameters=True, shards_optimizer=True)  # fmt: skip
+    cat = get_catalog()
+    pcie = cat.assumption("pcie_gb_s") * 1e9
+    shard = 8e9 / 8
+    t1, t4 = _offload_seconds(fsdp_offload, 1), _offload_seconds(fsdp_offload, 4)
+    assert t4 - t1 == pytest.approx(3 * (2 * shard * 4 + shard * 4) / pcie)  # per micro-step: 2 fp32 uploads, 1 down
+    # DeepSpeed ZeRO-3 offload streams its 16-bit working weights; gradients go down once per step
+    z1, z4 = _offload_seconds(Strategy.ZERO3_OFFLOAD, 1), _offload_seconds(Strategy.ZERO3_OFFLOAD, 4)
+    assert z4 - z1 == pytest.approx(3 * 2 * shard * 2 / pcie)

@@ -15,7 +15,7 @@ from trainplan.estimate.comms import Links, comm_plan, exposed_comm_seconds
 from trainplan.estimate.memory import gradient_bytes_per_param, optimizer_bytes_per_param, weight_bytes_per_param
 from trainplan.estimate.result import Hardware
 from trainplan.spec import Optimizer, Precision
-from trainplan.strategies import Strategy
+from trainplan.strategies import Engine, Strategy
 
 
 @dataclass(frozen=True)
@@ -144,9 +144,18 @@ def step_time(
     if strategy.offloads_optimizer:
         pcie = catalog.assumption("pcie_gb_s") * 1e9
         t_offload = touched * layout.gpus_per_node / (catalog.assumption("host_mem_bw_gb_s") * 1e9)
-        t_offload += local * (4 + precision.compute_bytes) / pcie
-        if strategy.offloads_parameters:
-            t_offload += micro_steps * 2 * (total_params / n) * precision.compute_bytes / pcie
+        if strategy.engine is Engine.FSDP and strategy.offloads_parameters:
+            # FSDP's CPU offload keeps the parameter shard (fp32 under mixed precision) on the host and copies it
+            # to the device at every unshard — forward and backward (torch/distributed/fsdp/_flat_param.py,
+            # _use_low_precision_shard: _local_shard.to(device)) — and copies each sharded gradient to the host
+            # after every reduce-scatter (_runtime_utils.py, _offload_grad); the optimizer steps the host shard.
+            w = weight_bytes_per_param(precision, strategy.engine)
+            g = gradient_bytes_per_param(precision, strategy.engine)
+            t_offload += micro_steps * (2 * (total_params / n) * w + local * g) / pcie
+        else:
+            t_offload += local * (4 + precision.compute_bytes) / pcie
+            if strategy.offloads_parameters:
+                t_offload += micro_steps * 2 * (total_params / n) * precision.compute_bytes / pcie
     else:
         t_opt = touched / (acc.mem_bandwidth_gb_s * 1e9 * catalog.assumption("mem_bw_efficiency"))
     compute = micro_steps * (t_fwd + t_bwd)
