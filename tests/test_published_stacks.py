@@ -47,7 +47,8 @@ NO_PUBLISHED_TABLE = {
 REQUIRED = ("id", "source", "stack", "memory_kind", "model", "method", "hardware", "strategy", "measured", "notes")
 PRECISIONS = {"fp32", "fp16", "bf16", "bf16-pure", "fp8"}
 METHODS = {"full", "lora", "qlora"}
-STRATEGIES = {"single", "ddp", "zero1", "zero2", "zero3", "zero2-offload", "zero3-offload", "fsdp", "fsdp-grad-op", "megatron-tp"}
+STRATEGIES = {"single", "ddp", "zero1", "zero2", "zero3", "zero2-offload", "zero3-offload", "fsdp", "fsdp-grad-op", "fsdp-offload",
+              "megatron-tp"}
 CHECKPOINTING = {"none", "selective", "full"}
 LORA_TARGETS = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "all-linear"}
 URL = re.compile(r"https?://\S+")

@@ -127,6 +127,8 @@ class StackKnobs(BaseModel):
     activation_offloading: bool | None = None
     fused_optimizer: bool | None = None
     paged_optimizer: bool | None = None
+    unsharded_accumulation: bool | None = None  # FSDP: accumulation keeps unsharded gradients (no_sync)
+    frozen_weight_gradients: bool | None = None  # FSDP: units mixing frozen and trainable weights give both gradients
 
 
 class TabularLibrary(str, Enum):

@@ -41,12 +41,15 @@ class Strategy(str, Enum):
     ZERO3_OFFLOAD = "zero3-offload"  # optimizer state and parameters in host RAM
     FSDP = "fsdp"  # full shard (like ZeRO-3)
     FSDP_GRAD_OP = "fsdp-grad-op"  # shard gradients and optimizer state (like ZeRO-2)
+    # full shard with the parameter shards, their gradients and the optimizer step in host RAM: FSDP1
+    # CPUOffload(offload_params=True), FSDP2 fully_shard(offload_policy=CPUOffloadPolicy()) (PyTorch FSDP docs)
+    FSDP_OFFLOAD = "fsdp-offload"
 
     @property
     def engine(self) -> Engine:
         if self in (Strategy.SINGLE, Strategy.DDP):
             return Engine.TORCH
-        if self in (Strategy.FSDP, Strategy.FSDP_GRAD_OP):
+        if self in (Strategy.FSDP, Strategy.FSDP_GRAD_OP, Strategy.FSDP_OFFLOAD):
             return Engine.FSDP
         return Engine.DEEPSPEED
 
@@ -63,6 +66,7 @@ class Strategy(str, Enum):
             Strategy.ZERO3: ZeroStage.STAGE_3,
             Strategy.ZERO3_OFFLOAD: ZeroStage.STAGE_3,
             Strategy.FSDP: ZeroStage.STAGE_3,
+            Strategy.FSDP_OFFLOAD: ZeroStage.STAGE_3,
         }[self]
 
     @property
@@ -79,15 +83,15 @@ class Strategy(str, Enum):
 
     @property
     def offloads_optimizer(self) -> bool:
-        return self in (Strategy.ZERO2_OFFLOAD, Strategy.ZERO3_OFFLOAD)
+        return self in (Strategy.ZERO2_OFFLOAD, Strategy.ZERO3_OFFLOAD, Strategy.FSDP_OFFLOAD)
 
     @property
     def offloads_parameters(self) -> bool:
-        return self is Strategy.ZERO3_OFFLOAD
+        return self in (Strategy.ZERO3_OFFLOAD, Strategy.FSDP_OFFLOAD)
 
     @property
     def multi_device_only(self) -> bool:
-        """Strategies that make no sense on one device (offload does: ZeRO-Offload)."""
+        """Strategies that make no sense on one device (offload does: ZeRO-Offload, and FSDP's CPU offload)."""
         return self in (
             Strategy.DDP,
             Strategy.ZERO1,
@@ -135,5 +139,5 @@ class Layout:
 def strategies_for(world_size: int) -> tuple[Strategy, ...]:
     """The strategies worth evaluating on ``world_size`` devices."""
     if world_size == 1:
-        return (Strategy.SINGLE, Strategy.ZERO2_OFFLOAD, Strategy.ZERO3_OFFLOAD)
+        return (Strategy.SINGLE, Strategy.ZERO2_OFFLOAD, Strategy.ZERO3_OFFLOAD, Strategy.FSDP_OFFLOAD)
     return tuple(s for s in Strategy if s is not Strategy.SINGLE)

@@ -14,14 +14,15 @@ from conftest import TORCH_JOB, load_state, rank_records
 
 pytestmark = pytest.mark.slow
 
-TORCH_ENGINES = ("ddp", "fsdp", "fsdp-grad-op")
+TORCH_ENGINES = ("ddp", "fsdp", "fsdp-grad-op", "fsdp-offload")
 DEEPSPEED = ("zero1", "zero2", "zero3", "zero2-offload", "zero3-offload")
 
 EXPECTED_WRAP = {
     "single": {"wrapped_as": "Sequential", "sharded_params": False},
     "ddp": {"wrapped_as": "DistributedDataParallel", "sharded_params": False},
-    "fsdp": {"sharded_params": True},
-    "fsdp-grad-op": {"sharded_params": True},
+    "fsdp": {"sharded_params": True, "offload_params": False},
+    "fsdp-grad-op": {"sharded_params": True, "offload_params": False},
+    "fsdp-offload": {"sharded_params": True, "offload_params": True},  # FSDP2 CPUOffloadPolicy, over gloo
     "zero1": {"wrapped_as": "DeepSpeedEngine", "zero_stage": 1, "offload_optimizer": False, "offload_param": False},
     "zero2": {"wrapped_as": "DeepSpeedEngine", "zero_stage": 2, "offload_optimizer": False, "offload_param": False},
     "zero3": {"wrapped_as": "DeepSpeedEngine", "zero_stage": 3, "offload_optimizer": False, "offload_param": False},
@@ -65,6 +66,7 @@ def test_data_parallel_engines_agree(baseline) -> None:
     losses = {s: baseline(s)[0].measured["final_loss"] for s in TORCH_ENGINES}
     assert losses["fsdp"] == pytest.approx(losses["ddp"], rel=1e-5)
     assert losses["fsdp-grad-op"] == pytest.approx(losses["ddp"], rel=1e-5)
+    assert losses["fsdp-offload"] == pytest.approx(losses["ddp"], rel=1e-5)
 
 
 def test_deepspeed_stages_agree_with_ddp(baseline) -> None:

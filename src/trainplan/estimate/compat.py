@@ -43,6 +43,9 @@ def incompatibility(job: TorchJob | TransformerJob, hw: Hardware, strategy: Stra
     if acc is not None and acc.kind == "tpu":
         if strategy.engine is Engine.DEEPSPEED:
             return Rejection(RejectKind.PLATFORM, "DeepSpeed does not run on TPUs; use fsdp or ddp (PyTorch/XLA)")
+        if strategy is Strategy.FSDP_OFFLOAD:
+            # torch_xla.distributed.fsdp.XlaFullyShardedDataParallel takes no CPU-offload argument
+            return Rejection(RejectKind.PLATFORM, "PyTorch/XLA's FSDP has no CPU offload; use fsdp on TPUs")
         qlora = isinstance(job, TransformerJob) and job.method is Method.QLORA
         if qlora or job.optimizer is Optimizer.ADAM8BIT:
             return Rejection(RejectKind.PLATFORM, "bitsandbytes (QLoRA, 8-bit Adam) needs CUDA GPUs")

@@ -56,6 +56,10 @@ def step_memory(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardwa
         strategy=strategy,
         world_size=n,
         adafactor_elems_per_param=p.factored_state_elems,
+        # FSDP: the stack's gradients for frozen weights in mixed units, and unsharded gradients while
+        # accumulating without sync (memory.model_state_bytes; stacks.yaml says which stacks do either)
+        frozen_gradient_bytes=profile.memory.frozen_gradient_bytes,
+        unsharded_gradients=profile.memory.unsharded_accumulation and micro_steps > 1 and n > 1,
     )
     if profile.memory.transient_gradients:
         # the optimizer steps each parameter as its gradient is ready and frees it (torchtune optimizer_in_bwd,
@@ -69,7 +73,8 @@ def step_memory(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardwa
     # DeepSpeed and FSDP hold 16-bit working weights already.
     autocast = profile.memory.autocast_copies if engine is Engine.TORCH else 0.0
     forward_temporaries = (autocast + profile.memory.forward_temporaries
-                           + sharding_buffer_bytes(strategy, largest_block_params=p.largest_block, world_size=n))  # fmt: skip
+                           + sharding_buffer_bytes(strategy, largest_block_params=p.largest_block, world_size=n,
+                                                   compute_bytes=job.precision.compute_bytes))  # fmt: skip
     # foreach temporaries scale with the optimizer shard; DeepSpeed's fused and CPU optimizers make none.
     if engine is Engine.DEEPSPEED or strategy.offloads_optimizer:
         optimizer_temporaries = 0.0

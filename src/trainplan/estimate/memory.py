@@ -150,6 +150,8 @@ def model_state_bytes(
     strategy: Strategy,
     world_size: int,
     adafactor_elems_per_param: float = 0.0,
+    frozen_gradient_bytes: float = 0.0,
+    unsharded_gradients: bool = False,
 ) -> ModelStates:
     """Weights, gradients and optimizer state per device, and host bytes per rank for offload.
 
@@ -160,18 +162,39 @@ def model_state_bytes(
     Offload (Ren et al. 2021, "ZeRO-Offload"): the optimizer state, its fp32
     master and the fp32 gradient partition live in host memory; ZeRO-3 offload
     (Rajbhandari et al. 2021, "ZeRO-Infinity") moves the weights there too.
+    FSDP's CPU offload (``CPUOffload(offload_params=True)``, FSDP2 ``CPUOffloadPolicy``)
+    keeps the parameter shards and their gradient shards (in the parameters' dtype)
+    in host RAM and steps the optimizer there.
+
+    Two FSDP mechanisms (the stack's knobs decide them; the composer passes them in):
+
+    * ``frozen_gradient_bytes``: gradients FSDP allocates for frozen weights that
+      share a flat parameter with trainable ones.  With ``use_orig_params=True``
+      FSDP1 lets one unit mix frozen and trainable parameters, and the flat
+      parameter then requires grad as a whole (torch/distributed/fsdp/_flat_param.py,
+      ``_validate_tensors_to_flatten``: ``flat_param_requires_grad`` is the OR of its
+      tensors); the PyTorch FSDP docs (Limitations) warn of "higher than expected
+      gradient memory usage".  Sharded like the other gradients.
+    * ``unsharded_gradients``: gradient accumulation without synchronisation keeps
+      every gradient unsharded until the last micro-batch (FSDP1 ``no_sync()``: "FSDP
+      will accumulate the full model gradients (instead of gradient shards) until the
+      eventual sync"; FSDP2 ``set_requires_gradient_sync(False)`` likewise).
+      Under offload those gradients stay on the device too (FSDP1 ``no_sync`` docs).
     """
     engine = strategy.engine
     n = max(1, world_size)
     w = trainable_params * weight_bytes_per_param(precision, engine) + frozen_bytes
     g = trainable_params * gradient_bytes_per_param(precision, engine)
+    if engine is Engine.FSDP:
+        g += frozen_gradient_bytes
     o = trainable_params * optimizer_bytes_per_param(
         optimizer, precision, engine, adafactor_elems_per_param=adafactor_elems_per_param
     )
     stage = strategy.zero_stage
     if stage >= ZeroStage.STAGE_1:
         o /= n
-    if stage >= ZeroStage.STAGE_2:
+    unsharded = unsharded_gradients and engine is Engine.FSDP
+    if stage >= ZeroStage.STAGE_2 and not unsharded:
         g /= n
     if stage >= ZeroStage.STAGE_3:
         w /= n
@@ -181,7 +204,13 @@ def model_state_bytes(
         # ShardingStrategy.SHARD_GRAD_OP / FSDP2 reshard_after_forward=False).
         w = w / n + trainable_params * (2.0 if precision.mixed else weight_bytes_per_param(precision, engine))
     host = 0.0
-    if strategy.offloads_optimizer:
+    if strategy.offloads_optimizer and engine is Engine.FSDP:
+        # the gradient shards are copied to host RAM after each reduce-scatter, in the parameters' dtype
+        # (FSDP1 FlatParamHandle._cpu_grad, FSDP2 FSDPParam offload_to_cpu); inside no_sync they stay here
+        host += o + (g / n if unsharded else g)
+        o = 0.0
+        g = g if unsharded else 0.0
+    elif strategy.offloads_optimizer:
         # fp32 gradient partition is kept on the host for the CPU optimizer step.
         host += o + trainable_params / n * 4.0
         o = 0.0
@@ -330,15 +359,19 @@ def autocast_weight_copy_bytes(matmul_params: float, precision: Precision, strat
     return 0.0
 
 
-def sharding_buffer_bytes(strategy: Strategy, *, largest_block_params: float, world_size: int) -> float:
-    """Communication buffers and gathered weights of a sharded strategy (16-bit elements).
+def sharding_buffer_bytes(strategy: Strategy, *, largest_block_params: float, world_size: int,
+                          compute_bytes: float = 2.0) -> float:  # fmt: skip
+    """Communication buffers and gathered weights of a sharded strategy.
 
     DeepSpeed ZeRO-1/2: one reduce bucket and one all-gather bucket (sizes in
-    the config trainplan renders).  ZeRO-3: the prefetch bucket, the live
+    the config trainplan renders, 16-bit elements).  ZeRO-3: the prefetch bucket, the live
     gathered parameters (at most two blocks, capped by
     ``stage3_max_live_parameters``) and the reduce bucket.  FSDP: the current
     and the prefetched block unsharded, and one block's unsharded gradients for
-    its reduce-scatter (PyTorch FSDP2 docs, implicit prefetching).
+    its reduce-scatter (PyTorch FSDP2 docs, implicit prefetching), in the dtype
+    the unit computes in (``compute_bytes``: the MixedPrecision ``param_dtype``, else
+    the parameters' own).  FSDP's CPU offload gathers the same units after copying
+    each shard to the device (FSDP1 ``FlatParamHandle.pre_unshard``).
     """
     if world_size <= 1 and not strategy.offloads_optimizer:
         return 0.0
@@ -348,8 +381,8 @@ def sharding_buffer_bytes(strategy: Strategy, *, largest_block_params: float, wo
             return 2.0 * (DEEPSPEED_PREFETCH_BUCKET_ELEMS + live + DEEPSPEED_REDUCE_BUCKET_ELEMS)
         return 2.0 * (DEEPSPEED_REDUCE_BUCKET_ELEMS + DEEPSPEED_ALLGATHER_BUCKET_ELEMS)
     if strategy.engine is Engine.FSDP:
-        gathered = 2 * largest_block_params if strategy is Strategy.FSDP else 0.0
-        return 2.0 * (gathered + largest_block_params)
+        gathered = 2 * largest_block_params if strategy.shards_parameters else 0.0
+        return compute_bytes * (gathered + largest_block_params)
     return 0.0
 
 

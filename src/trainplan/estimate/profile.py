@@ -55,6 +55,11 @@ class StepMemory:
     host_activations: float = 0.0  # activations offloaded to host RAM (per rank)
     transient_gradients: bool = False  # the optimizer steps inside backward: gradients never accumulate
     pageable_optimizer_state: bool = False  # paged 8-bit optimizer: its state pages out to host RAM under pressure
+    # FSDP only (the composer applies them to fsdp strategies, memory.model_state_bytes): gradients FSDP allocates
+    # for frozen weights sharing a unit with trainable ones (knobs.frozen_weight_gradients), unsharded bytes;
+    # and whether gradient accumulation keeps the gradients unsharded (knobs.unsharded_accumulation)
+    frozen_gradient_bytes: float = 0.0
+    unsharded_accumulation: bool = False
     # the caching allocator's reserve beyond the allocated peak of this step on one device, in bytes, when
     # simulated (a traced profile: estimate/allocator.py over the trace's allocations); None: the catalog's fraction
     reserve_bytes: float | None = None

@@ -53,7 +53,7 @@ def _model(value: Any) -> Any:
 # The stack a record's source trains with, when the record does not name it (its id names the source).
 STACK_BY_SOURCE = {"llmfoundry": "llm-foundry", "torchtune": "torchtune", "litgpt": "litgpt"}
 KNOB_KEYS = ("loss", "loss_chunks", "loss_chunk_tokens", "compile", "optimizer_in_backward", "activation_offloading",
-             "fused_optimizer", "paged_optimizer")  # fmt: skip
+             "fused_optimizer", "paged_optimizer", "unsharded_accumulation", "frozen_weight_gradients")  # fmt: skip
 
 
 def record_stack(rec: dict[str, Any]) -> str:

@@ -3,7 +3,8 @@
 A knob is something the training code does that changes what a step allocates
 or computes: how the loss treats the vocabulary, ``torch.compile``, the
 optimizer stepping inside backward, activations offloaded to the host, a fused
-or paged optimizer.  Both profile producers read the same :class:`Knobs`.
+or paged optimizer, and how FSDP keeps gradients (unsharded while accumulating;
+for frozen weights that share a unit with trainable ones).  Both profile producers read the same :class:`Knobs`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from trainplan.spec import LossImpl, Optimizer, Stack, TorchJob, TransformerJob
 from trainplan.strategies import Engine
 
 KNOB_NAMES = ("loss", "loss_chunks", "loss_chunk_tokens", "compile", "optimizer_in_backward", "activation_offloading",
-              "fused_optimizer", "paged_optimizer")  # fmt: skip
+              "fused_optimizer", "paged_optimizer", "unsharded_accumulation", "frozen_weight_gradients")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,8 @@ class Knobs:
     activation_offloading: bool = False
     fused_optimizer: bool = False
     paged_optimizer: bool = False
+    unsharded_accumulation: bool = False  # FSDP: gradient accumulation without sync keeps gradients unsharded
+    frozen_weight_gradients: bool = False  # FSDP: frozen weights in a unit with trainable ones get gradients too
     engines: tuple[Engine, ...] = (Engine.TORCH, Engine.FSDP, Engine.DEEPSPEED)
     notes: tuple[str, ...] = ()  # which explicit knob overrode which stack default
 
@@ -81,6 +84,8 @@ def effective_knobs(job: TorchJob | TransformerJob, catalog: Catalog) -> Knobs:
         activation_offloading=bool(merged.get("activation_offloading", False)),
         fused_optimizer=bool(merged.get("fused_optimizer", False)),
         paged_optimizer=bool(merged.get("paged_optimizer", False)),
+        unsharded_accumulation=bool(merged.get("unsharded_accumulation", False)),
+        frozen_weight_gradients=bool(merged.get("frozen_weight_gradients", False)),
         engines=tuple(Engine(e) for e in entry.get("engines", [e.value for e in Engine])),
         notes=tuple(notes),
     )

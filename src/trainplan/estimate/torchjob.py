@@ -110,6 +110,7 @@ def profile_from_trace(job: TorchJob | TransformerJob, result: Any, largest: int
             else float(getattr(result, "optimizer_temporary_bytes", 0)),
             transient_gradients=k.optimizer_in_backward,
             pageable_optimizer_state=k.paged_optimizer,
+            unsharded_accumulation=k.unsharded_accumulation,  # (frozen_weight_gradients: a trace has no LoRA units)
             reserve_bytes=getattr(result, "reserve_bytes", None),
             expandable_reserve_bytes=getattr(result, "expandable_reserve_bytes", None),
             single_device_peak=float(result.peak_bytes),

@@ -191,6 +191,11 @@ def transformer_profile(job: TransformerJob, catalog: Catalog | None = None, *, 
             host_activations=host_acts,
             transient_gradients=knobs.optimizer_in_backward,
             pageable_optimizer_state=knobs.paged_optimizer,
+            # LoRA's frozen base weights share each block's FSDP unit with the adapters (16-bit storage; a
+            # 4-bit QLoRA base cannot take gradients); the composer applies it to fsdp only (memory.model_state_bytes)
+            frozen_gradient_bytes=(m.counts.block_linear + m.counts.block_other) * m.frozen_bytes / m.counts.total
+            if job.method is Method.LORA and knobs.frozen_weight_gradients else 0.0,
+            unsharded_accumulation=knobs.unsharded_accumulation,
         ),
         items_per_sample=job.seq_len,
         throughput_unit="tokens_per_s",

@@ -2,9 +2,10 @@
 
 * plain torch (``single``, ``ddp``): the model on the device, wrapped in
   ``DistributedDataParallel`` for DDP; a ``GradScaler`` for fp16 on CUDA;
-* FSDP2 (``fsdp``, ``fsdp-grad-op``): ``fully_shard`` on every ``ModuleList``
-  item and then the root, over a one-dimensional device mesh; the optimizer
-  is rebuilt over the sharded parameters;
+* FSDP2 (``fsdp``, ``fsdp-grad-op``, ``fsdp-offload``): ``fully_shard`` on every ``ModuleList``
+  item and then the root, over a one-dimensional device mesh (``fsdp-offload``: with
+  ``offload_policy=CPUOffloadPolicy()``, parameter and gradient shards in host RAM, the
+  optimizer stepping there); the optimizer is rebuilt over the sharded parameters;
 * DeepSpeed (``zero*``): ``deepspeed.initialize`` with the run's generated
   ZeRO config; its engine then owns backward and step.
 
@@ -73,7 +74,19 @@ class Wrapped:
         else:
             first = next(self.model.parameters(), None)
             info["sharded_params"] = bool(first is not None and hasattr(first, "full_tensor"))
+            if self.strategy.engine is Engine.FSDP:
+                info["offload_params"] = _fsdp2_offloads(self.model)
         return info
+
+
+def _fsdp2_offloads(model: torch.nn.Module) -> bool:
+    """Whether FSDP2 keeps this model's parameter shards in host RAM (its per-parameter ``offload_to_cpu``)."""
+    for module in model.modules():
+        state = getattr(module, "_get_fsdp_state", None)
+        group = getattr(state(), "_fsdp_param_group", None) if state else None
+        if group is not None and group.fsdp_params:
+            return bool(group.fsdp_params[0].offload_to_cpu)
+    return False
 
 
 def _is_factory(optimizer: Any) -> bool:
@@ -107,7 +120,7 @@ def _wrap_torch(model: torch.nn.Module, optimizer: OptimizerArg, placement: Plac
 
 def _wrap_fsdp(model: torch.nn.Module, optimizer: OptimizerArg, placement: Placement) -> Wrapped:
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
     strategy, device, precision = placement.strategy, placement.device, placement.precision
     names = param_names(model)
@@ -115,14 +128,17 @@ def _wrap_fsdp(model: torch.nn.Module, optimizer: OptimizerArg, placement: Place
     if precision is Precision.BF16_PURE:
         model = model.to(torch.bfloat16)
     mesh = init_device_mesh(device.type, (placement.world_size,))
-    reshard = strategy is Strategy.FSDP  # fsdp-grad-op keeps parameters gathered (ZeRO-2-like)
+    # fsdp-grad-op keeps parameters gathered (ZeRO-2-like)
     mp = MixedPrecisionPolicy()
     if device.type == "cuda" and precision in (Precision.BF16, Precision.FP16):
         half = torch.bfloat16 if precision is Precision.BF16 else torch.float16
         mp = MixedPrecisionPolicy(param_dtype=half, reduce_dtype=torch.float32)
+    reshard = strategy in (Strategy.FSDP, Strategy.FSDP_OFFLOAD)
+    # pinned host buffers need an accelerator (torch: pin_memory() raises without one)
+    offload = CPUOffloadPolicy(pin_memory=device.type == "cuda") if strategy is Strategy.FSDP_OFFLOAD else OffloadPolicy()
     for block in shard_blocks(model):
-        fully_shard(block, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp)
-    fully_shard(model, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp)
+        fully_shard(block, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp, offload_policy=offload)
+    fully_shard(model, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp, offload_policy=offload)
     return Wrapped(model, rebuild_optimizer(optimizer, names, model), strategy)
 
 

@@ -1,0 +1,120 @@
+"""FSDP memory mechanisms: CPU offload as a strategy, gradients kept unsharded while accumulating without sync,
+and gradients FSDP allocates for frozen weights that share a unit with trainable ones (memory.model_state_bytes,
+the stacks' defaults in catalog/data/stacks.yaml)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from trainplan.catalog import find_accelerator, get_catalog
+from trainplan.estimate.compose import compose
+from trainplan.estimate.hardware import hardware_for_gpu
+from trainplan.estimate.memory import GIB, model_state_bytes
+from trainplan.estimate.published import compare
+from trainplan.estimate.result import RejectKind
+from trainplan.estimate.stack import effective_knobs
+from trainplan.estimate.transformer import transformer_profile
+from trainplan.spec import Optimizer, Precision, parse_job
+from trainplan.strategies import Engine, Strategy, strategies_for
+
+LORA_7B = {"kind": "transformer", "model": "llama-2-7b", "method": "lora", "seq_len": 1024, "micro_batch": 1,
+           "precision": "bf16-pure", "activation_checkpointing": "full", "steps": 10}  # fmt: skip
+
+
+def _hw(gpu: str = "A100-40GB", gpus: int = 2):
+    return hardware_for_gpu(find_accelerator(gpu), get_catalog(), gpus=gpus)
+
+
+def _states(strategy: Strategy, **kw):
+    base = dict(trainable_params=1e9, frozen_bytes=0.0, precision=Precision.BF16, optimizer=Optimizer.ADAMW,
+                strategy=strategy, world_size=4)  # fmt: skip
+    return model_state_bytes(**{**base, **kw})
+
+
+def test_fsdp_offload_is_a_full_shard_fsdp_strategy_with_everything_on_the_host() -> None:
+    s = Strategy.parse("fsdp-offload")
+    assert s.engine is Engine.FSDP and s.shards_parameters and s.offloads_parameters and s.offloads_optimizer
+    assert not s.multi_device_only and s in strategies_for(1) and s in strategies_for(8)
+    on, plain = _states(Strategy.FSDP_OFFLOAD), _states(Strategy.FSDP)
+    assert on.weights == on.gradients == on.optimizer == 0.0
+    # host per rank: the fp32 parameter shard, its fp32 gradient shard, AdamW's two fp32 states: 16 B / 4 ranks
+    assert on.host == pytest.approx(1e9 * (4 + 4 + 8) / 4)
+    assert on.host == pytest.approx(plain.weights + plain.gradients + plain.optimizer)
+
+
+def test_frozen_weight_gradients_are_fsdp_gradients_sharded_like_the_others() -> None:
+    extra = 8e9  # bytes of gradients for frozen weights in mixed units
+    fsdp = _states(Strategy.FSDP, frozen_gradient_bytes=extra)
+    assert fsdp.gradients - _states(Strategy.FSDP).gradients == pytest.approx(extra / 4)
+    for other in (Strategy.DDP, Strategy.ZERO3):  # frozen weights keep requires_grad=False outside FSDP1 flat parameters
+        assert _states(other, frozen_gradient_bytes=extra).gradients == _states(other).gradients
+
+
+def test_unsharded_accumulation_keeps_full_gradients_on_the_device() -> None:
+    assert _states(Strategy.FSDP, unsharded_gradients=True).gradients == pytest.approx(4 * _states(Strategy.FSDP).gradients)
+    assert _states(Strategy.ZERO3, unsharded_gradients=True).gradients == _states(Strategy.ZERO3).gradients
+    off = _states(Strategy.FSDP_OFFLOAD, unsharded_gradients=True)  # FSDP1 no_sync docs: not offloaded inside no_sync
+    assert off.gradients == pytest.approx(1e9 * 4) and off.weights == off.optimizer == 0.0
+
+
+def test_litgpt_defaults_and_what_they_add_to_a_lora_fsdp_step() -> None:
+    cat = get_catalog()
+    job = parse_job({**LORA_7B, "stack": "litgpt", "global_batch": 64})
+    k = effective_knobs(job, cat)
+    assert k.unsharded_accumulation and k.frozen_weight_gradients
+    quiet = parse_job({**LORA_7B, "stack": "litgpt", "global_batch": 64,
+                       "knobs": {"unsharded_accumulation": False, "frozen_weight_gradients": False}})  # fmt: skip
+    hw = _hw()
+    with_knobs = compose(job, transformer_profile(job, cat), hw, Strategy.FSDP, cat)
+    without = compose(quiet, transformer_profile(quiet, cat), hw, Strategy.FSDP, cat)
+    # bf16 gradients of every block weight (frozen included), unsharded: 2 B x the 6.48e9 block parameters of Llama 2 7B
+    added = with_knobs.memory.gradients - without.memory.gradients
+    assert added / GIB == pytest.approx(2 * 6.476e9 / GIB, rel=0.01)
+    # one micro-step per optimizer step: nothing accumulates, only the frozen-weight gradients remain (sharded)
+    single = parse_job({**LORA_7B, "stack": "litgpt", "global_batch": 2})
+    one = compose(single, transformer_profile(single, cat), hw, Strategy.FSDP, cat)
+    assert one.memory.gradients / GIB == pytest.approx(2 * 6.476e9 / 2 / GIB, rel=0.01)
+    # DDP on the same job: frozen weights get no gradient there
+    ddp = compose(job, transformer_profile(job, cat), hw, Strategy.DDP, cat)
+    assert ddp.memory.gradients < 0.1 * GIB
+
+
+def test_the_litgpt_13b_two_gpu_oom_is_predicted() -> None:
+    """LitGPT's resource table prints OOM for Llama 2 13B LoRA on 2 x A100 40GB; 4 GPUs fit (tests/data/published_stacks.yaml)."""
+    records = {r["id"]: r for r in yaml.safe_load(open("tests/data/published_stacks.yaml"))}
+    oom = compare(records["litgpt-2xa100-40gb-llama2-13b-lora-fsdp-mb1-oom"])
+    fits = compare(records["litgpt-4xa100-40gb-llama2-13b-lora-fsdp-mb1"])
+    assert oom is not None and fits is not None
+    assert not oom.predicted_fits and fits.predicted_fits
+    assert fits.predicted_peak_gib == pytest.approx(fits.measured_peak_gib, rel=0.10)
+
+
+def test_which_stacks_may_run_fsdp_offload() -> None:
+    cat = get_catalog()
+    tune = parse_job({**LORA_7B, "method": "full", "stack": "torchtune"})
+    prof = transformer_profile(tune, cat)
+    assert compose(tune, prof, _hw("A100-80GB", 8), Strategy.FSDP_OFFLOAD, cat).rejection is None
+    rejected = compose(tune, prof, _hw("A100-80GB", 8), Strategy.ZERO3_OFFLOAD, cat).rejection
+    assert rejected is not None and rejected.kind is RejectKind.PLATFORM and "torchtune" in rejected.text
+    ds = parse_job({**LORA_7B, "stack": "deepspeed"})
+    reason = compose(ds, transformer_profile(ds, cat), _hw(), Strategy.FSDP_OFFLOAD, cat).rejection
+    assert reason is not None and "fsdp-offload" in reason.text
+    tpu = hardware_for_gpu(cat.accelerators["TPUv5e"], cat, gpus=8)
+    plain = parse_job({**LORA_7B, "precision": "bf16"})
+    on_tpu = compose(plain, transformer_profile(plain, cat), tpu, Strategy.FSDP_OFFLOAD, cat).rejection
+    assert on_tpu is not None and on_tpu.kind is RejectKind.PLATFORM and "XLA" in on_tpu.text
+
+
+def test_fsdp_offload_moves_the_70b_model_states_to_the_host() -> None:
+    """torchtune's README: Llama 3.1 70B full fine-tune on 8 x A100 'Uses CPU offload' (published_llm.yaml)."""
+    cat = get_catalog()
+    job = parse_job({"kind": "transformer", "model": "llama-3.1-70b", "seq_len": 2048, "micro_batch": 2, "steps": 10,
+                     "precision": "bf16-pure", "activation_checkpointing": "full", "stack": "torchtune"})  # fmt: skip
+    prof, hw = transformer_profile(job, cat), _hw("A100-80GB", 8)
+    fsdp, off = compose(job, prof, hw, Strategy.FSDP, cat), compose(job, prof, hw, Strategy.FSDP_OFFLOAD, cat)
+    assert off.fits and off.memory.weights == off.memory.gradients == off.memory.optimizer == 0.0
+    states = 70.55e9 * (2 + 2 + 4) / 8  # bf16 params, grads and two bf16 AdamW states, one rank's shard
+    assert fsdp.memory.weights + fsdp.memory.optimizer == pytest.approx(70.55e9 * 6 / 8, rel=0.01)
+    assert off.memory.host >= 8 * states  # every rank's shard in the node's RAM
+    assert off.memory.peak < fsdp.memory.peak / 3  # what stays: gathered blocks, activations, context
