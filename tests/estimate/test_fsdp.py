@@ -118,3 +118,14 @@ def test_fsdp_offload_moves_the_70b_model_states_to_the_host() -> None:
     assert fsdp.memory.weights + fsdp.memory.optimizer == pytest.approx(70.55e9 * 6 / 8, rel=0.01)
     assert off.memory.host >= 8 * states  # every rank's shard in the node's RAM
     assert off.memory.peak < fsdp.memory.peak / 3  # what stays: gathered blocks, activations, context
+
+
+def test_the_fit_hint_offers_fsdp_offload_to_a_stack_without_deepspeed() -> None:
+    """torchtune cannot run ZeRO offload; for a 70B full fine-tune on 8 x A100 40GB the hint names FSDP's own offload."""
+    from trainplan.planner.core import fit_hint
+
+    cat = get_catalog()
+    job = parse_job({"kind": "transformer", "model": "llama-3.1-70b", "seq_len": 2048, "micro_batch": 1, "steps": 10,
+                     "precision": "bf16-pure", "activation_checkpointing": "full", "stack": "torchtune"})  # fmt: skip
+    hint = fit_hint(job, _hw("A100-40GB", 8), Strategy.FSDP, cat)
+    assert hint is not None and "strategy fsdp-offload" in hint and "zero" not in hint

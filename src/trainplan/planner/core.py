@@ -139,7 +139,7 @@ def rank_key(objective: Objective) -> Callable[[Estimate], tuple[float, ...]]:
 
 _SIMPLEST_FIRST = [s.value for s in (
     Strategy.SINGLE, Strategy.DDP, Strategy.ZERO1, Strategy.ZERO2, Strategy.FSDP_GRAD_OP, Strategy.ZERO3,
-    Strategy.FSDP, Strategy.ZERO2_OFFLOAD, Strategy.ZERO3_OFFLOAD,
+    Strategy.FSDP, Strategy.ZERO2_OFFLOAD, Strategy.ZERO3_OFFLOAD, Strategy.FSDP_OFFLOAD,
 )]  # fmt: skip
 
 
@@ -282,7 +282,7 @@ def fit_hint(job: Job, hw: Hardware, strategy: Strategy | None, catalog: Catalog
     changes = hint_remedies(job, catalog, prof) if remedies is None else remedies
     tries: list[tuple[str, Job, Strategy, StepProfile]] = []
     tries += [(label, j, strategy, p) for label, j, p in changes if label.startswith("activation")]
-    for s in (Strategy.ZERO3, Strategy.ZERO2_OFFLOAD, Strategy.ZERO3_OFFLOAD):
+    for s in (Strategy.ZERO3, Strategy.ZERO2_OFFLOAD, Strategy.ZERO3_OFFLOAD, Strategy.FSDP_OFFLOAD):
         if s is not strategy and (hw.layout.world_size > 1 or not s.multi_device_only):
             tries.append((f"strategy {s.value}", job, s, prof))
     tries += [(label, j, strategy, p) for label, j, p in changes if not label.startswith("activation")]
