@@ -139,6 +139,9 @@ class ModelStates:
     gradients: float
     optimizer: float
     host: float
+    # part of ``weights`` that exists from forward through backward only: SHARD_GRAD_OP's unsharded parameters,
+    # resharded after backward (PyTorch FSDP docs, ShardingStrategy.SHARD_GRAD_OP), so absent at the optimizer step
+    unsharded_until_backward_end: float = 0.0
 
 
 def model_state_bytes(
@@ -202,7 +205,8 @@ def model_state_bytes(
         # FSDP shards the fp32 parameters at rest in both modes; SHARD_GRAD_OP keeps the
         # 16-bit unsharded parameters from forward to backward (PyTorch FSDP docs,
         # ShardingStrategy.SHARD_GRAD_OP / FSDP2 reshard_after_forward=False).
-        w = w / n + trainable_params * (2.0 if precision.mixed else weight_bytes_per_param(precision, engine))
+        unsharded_copy = trainable_params * (2.0 if precision.mixed else weight_bytes_per_param(precision, engine))
+        w = w / n + unsharded_copy
     host = 0.0
     if strategy.offloads_optimizer and engine is Engine.FSDP:
         # the gradient shards are copied to host RAM after each reduce-scatter, in the parameters' dtype
@@ -218,19 +222,27 @@ def model_state_bytes(
     if strategy.offloads_parameters:
         host += w
         w = 0.0
-    return ModelStates(weights=w, gradients=g, optimizer=o, host=host)
+    until_backward_end = unsharded_copy if (engine is Engine.FSDP and stage < ZeroStage.STAGE_3) else 0.0
+    return ModelStates(weights=w, gradients=g, optimizer=o, host=host, unsharded_until_backward_end=until_backward_end)
 
 
 # ----------------------------------------------------------------------------- activations
 
 
-def norm_saved_bytes_per_token(hidden: int, norm: str, precision: Precision, *, compiled: bool = False) -> float:
+def norm_saved_bytes_per_token(hidden: int, norm: str, precision: Precision, *, compiled: bool = False,
+                               weight_trainable: bool = True) -> float:  # fmt: skip
     """Bytes a normalisation layer keeps for backward, per token.
 
     LayerNorm (fused ``aten.native_layer_norm``) keeps its input plus fp32 mean
-    and rstd.  Hugging Face's ``LlamaRMSNorm`` up-casts its input to fp32 and
-    multiplies the down-cast result by the weight, so under mixed precision it
-    keeps a 4-byte and a 2-byte copy of the hidden state.  Compiled
+    and rstd.  An eager RMSNorm up-casts a 16-bit input to fp32 whatever the
+    precision mode — Hugging Face ``LlamaRMSNorm``
+    (``hidden_states.to(torch.float32)``), torchtune ``RMSNorm``
+    (``x.float()``), LitGPT ``RMSNorm`` (``x.float()``, since early 2024) — so
+    with 16-bit compute (mixed or pure) it keeps the 4-byte copy, an fp32 rstd,
+    and the down-cast result that the weight multiplies (2 bytes), the latter
+    only when the weight trains: autograd saves a product's operand only for
+    the other operand's gradient (PyTorch ``derivatives.yaml``, ``mul``), so a
+    frozen LoRA base keeps the fp32 copy and rstd.  Compiled
     (``torch.compile``), the norm is one fused kernel that keeps its input and
     an fp32 rstd per token: the partitioner recomputes the up-cast in backward
     (min-cut rematerialisation of pointwise ops, functorch/AOTAutograd
@@ -425,12 +437,15 @@ def step_peak(
     grads_live_in_forward: bool,
     expandable_fraction: float = 0.0,
 ) -> MemoryBreakdown:
-    """Peak of one step: the larger of the two moments that can hold it.
+    """Peak of one step: the largest of the moments that can hold it.
 
     * End of forward / start of backward: weights + optimizer state +
       activations + forward temporaries (+ gradients when they outlive the
       step: gradient accumulation, or engines with persistent gradient buffers).
     * Optimizer step: weights + gradients + optimizer state + its temporaries.
+    * End of backward, only where weights are dropped before the optimizer step
+      (``states.unsharded_until_backward_end``: SHARD_GRAD_OP's unsharded parameters, resharded
+      after backward): all weights + gradients + optimizer state, activations freed.
 
     During backward, gradients are allocated as activations are freed, so the
     sum of both is never reached.  The caching allocator reserves more than it
@@ -440,17 +455,22 @@ def step_peak(
     (``fixed_overhead``) lie outside it.  The peak is reserved + context.
     """
     g_fwd = states.gradients if grads_live_in_forward else 0.0
+    w_opt = states.weights - states.unsharded_until_backward_end
     fwd = states.weights + states.optimizer + g_fwd + activations + forward_temporaries
-    opt = states.weights + states.optimizer + states.gradients + optimizer_temporaries
-    if fwd >= opt:
+    opt = w_opt + states.optimizer + states.gradients + optimizer_temporaries
+    bwd = states.weights + states.optimizer + states.gradients if states.unsharded_until_backward_end else 0.0
+    weights = states.weights
+    if fwd >= opt and fwd >= bwd:
         phase, grads, acts, temps = "forward", g_fwd, activations, forward_temporaries
+    elif opt >= bwd:
+        phase, grads, acts, temps, weights = "optimizer", states.gradients, 0.0, optimizer_temporaries, w_opt
     else:
-        phase, grads, acts, temps = "optimizer", states.gradients, 0.0, optimizer_temporaries
-    top = max(fwd, opt)
+        phase, grads, acts, temps = "backward", states.gradients, 0.0, 0.0
+    top = max(fwd, opt, bwd)
     reserve = fragmentation * top
     overhead = temps + fixed_overhead + reserve
     return MemoryBreakdown(
-        weights=states.weights,
+        weights=weights,
         gradients=grads,
         optimizer=states.optimizer,
         activations=acts,
