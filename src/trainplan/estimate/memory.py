@@ -251,8 +251,8 @@ def norm_saved_bytes_per_token(hidden: int, norm: str, precision: Precision, *, 
     e = precision.compute_bytes
     if compiled:
         return hidden * e + 4
-    if norm == "rmsnorm" and precision.mixed:
-        return hidden * (4 + e) + 4
+    if norm == "rmsnorm" and e == 2:
+        return hidden * (4 + (e if weight_trainable else 0)) + 4
     return hidden * e + 8
 
 
@@ -272,6 +272,8 @@ def layer_activation_bytes(
     dropout: bool = False,
     checkpointing: Checkpointing = Checkpointing.NONE,
     compiled: bool = False,
+    autocast_softmax: bool = False,
+    frozen_norms: bool = False,
 ) -> float:
     """Activation bytes one transformer block keeps for backward (Korthikanti et al. 2022, eq. 1, term by term).
 
@@ -287,17 +289,27 @@ def layer_activation_bytes(
     Korthikanti's 34·sbh + 5·a·s²·b.  Compiled, pointwise ops are recomputed in
     backward rather than saved (min-cut rematerialisation): a SwiGLU keeps only
     the gate and up projections (2e·f), a GELU MLP only its input (e·f).
+
+    ``autocast_softmax``: eager attention under autocast keeps the softmax
+    output in fp32 (``torch.amp`` docs: softmax is among the CUDA ops that
+    "autocast to float32") plus the 16-bit copy that the PV matmul casts and
+    keeps — of the dropout output, with dropout — 4 + e (+1 for the mask)
+    bytes per score instead of e (+1 + e); Megatron's fused softmax (the
+    Korthikanti count) keeps 16 bits.
+    ``frozen_norms``: the norms' weights do not train (LoRA), see :func:`norm_saved_bytes_per_token`.
     """
     e = precision.compute_bytes
     tokens = seq_len * micro_batch
-    norms = 2 * norm_saved_bytes_per_token(hidden, norm, precision, compiled=compiled)
+    norms = 2 * norm_saved_bytes_per_token(hidden, norm, precision, compiled=compiled,
+                                           weight_trainable=not frozen_norms)  # fmt: skip
     attn_linear = e * hidden + e * (q_dim + 2 * kv_dim) + e * q_dim
+    fp32_softmax = autocast_softmax and e == 2
     if flash_attention:
         core = 4.0 * heads  # fp32 log-sum-exp per head per token
     else:
-        core = e * heads * seq_len
-        if dropout:
-            core += heads * seq_len * (1 + e)
+        core = (4.0 + e if fp32_softmax else e) * heads * seq_len
+        if dropout:  # the mask, and the dropout output (under autocast its 16-bit cast replaces the one above)
+            core += heads * seq_len * (1 + (0 if fp32_softmax else e))
     intermediates = (2 if mlp == "swiglu" else 1) if compiled else (4 if mlp == "swiglu" else 2)
     mlp_bytes = e * hidden + intermediates * e * ffn_hidden
     masks = 2.0 * hidden if dropout else 0.0  # 1-byte masks after attention and after the MLP
@@ -317,10 +329,16 @@ def logits_bytes(*, seq_len: int, micro_batch: int, vocab: int, precision: Preci
                  loss: LossImpl = LossImpl.FULL, chunks: int = 1, compiled: bool = False) -> float:  # fmt: skip
     """Output logits and the loss around the start of backward, by how the loss is computed.
 
-    * ``full`` (Hugging Face ``ForCausalLMLoss``, plain ``F.cross_entropy`` over
-      ``logits.float()``): mixed precision keeps the 16-bit logits, an fp32
-      up-cast and the fp32 log-softmax cross-entropy saves (2 + 4 + 4 bytes per
-      logit); fp32: logits, log-softmax and its gradient (4 + 4 + 4).
+    * ``full`` (Hugging Face ``ForCausalLMLoss``, torchtune's ``CrossEntropyLoss``
+      over ``output(h).float()``, plain ``F.cross_entropy`` over ``logits.float()``):
+      the fp32 log-softmax output is saved, and at the start of backward
+      ``nll_loss_backward`` writes a dense fp32 gradient that
+      ``_log_softmax_backward_data(grad_output, output, …)`` turns into a third
+      fp32 tensor while both are alive (PyTorch ``derivatives.yaml``): 4 + 4 + 4
+      bytes per logit, whatever the compute dtype (by then the 16-bit logits
+      and their fp32 up-cast are no longer referenced: Hugging Face Trainer and
+      torchtune drop them before backward; at the end of the forward pass the
+      16-bit logits, the up-cast and the saves are 2 + 4 + 4 < 12).
     * ``chunked`` (torchtune ``CEWithChunkedOutputLoss``, LitGPT
       ``chunked_cross_entropy``): the up-cast exists for one chunk at a time;
       each chunk's log-softmax is still saved: 2 + 4 + 4/chunks (fp32: 4 + 4 + 4/chunks).
@@ -346,8 +364,7 @@ def logits_bytes(*, seq_len: int, micro_batch: int, vocab: int, precision: Preci
         return tokens * (vocab * e + 4)
     if loss is LossImpl.CHUNKED:
         return tokens * vocab * (e + 4 + 4 / max(1, chunks))
-    per_logit = 10.0 if e == 2 else 12.0
-    return tokens * vocab * per_logit
+    return tokens * vocab * 12.0
 
 
 def dequantized_weight_bytes(largest_linear_params: float) -> float:

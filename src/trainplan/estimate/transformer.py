@@ -100,6 +100,8 @@ def block_activation_bytes(job: TransformerJob, arch: ModelArch, knobs: Knobs | 
         checkpointing=job.activation_checkpointing,
         compiled=k.compile,
         dropout=arch.dropout > 0,
+        frozen_norms=job.lora_spec is not None,
+        autocast_softmax=job.precision.mixed,
     )
     if job.activation_checkpointing is Checkpointing.FULL:
         return checkpointed_activation_bytes(
@@ -117,7 +119,8 @@ def head_activation_bytes(job: TransformerJob, arch: ModelArch, knobs: Knobs | N
     """The final norm, the output projection's input, and the logits and loss as the loss is computed."""
     k = knobs or Knobs(stack=job.stack)
     tokens = job.seq_len * job.micro_batch
-    head = tokens * (norm_saved_bytes_per_token(arch.hidden, arch.norm, job.precision, compiled=k.compile)
+    head = tokens * (norm_saved_bytes_per_token(arch.hidden, arch.norm, job.precision, compiled=k.compile,
+                                                weight_trainable=job.lora_spec is None)
                      + arch.hidden * job.precision.compute_bytes)  # fmt: skip
     if arch.has_lm_head:
         head += logits_bytes(seq_len=job.seq_len, micro_batch=job.micro_batch, vocab=arch.vocab, precision=job.precision,

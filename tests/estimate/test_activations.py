@@ -1,0 +1,102 @@
+"""Activation terms of the analytic formula that follow a library's code path (memory.py docstrings name them).
+
+Each test checks the formula against what PyTorch autograd really keeps, on real (small) CPU tensors where
+that is possible: the tensors a forward pass saves are seen through ``torch.autograd.graph.saved_tensors_hooks``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from trainplan.estimate.memory import layer_activation_bytes, logits_bytes, norm_saved_bytes_per_token
+from trainplan.spec import Precision
+
+
+def _saved_bytes(fn, *inputs: torch.Tensor, exclude: tuple[torch.Tensor, ...] = ()) -> int:
+    """Bytes of the distinct storages autograd saves while ``fn(*inputs)`` runs (parameters excluded)."""
+    skip = {t.untyped_storage().data_ptr() for t in exclude}
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in skip:
+            seen[ptr] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn(*inputs)
+    return sum(seen.values())
+
+
+def _llama_rmsnorm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    # the operations of Hugging Face LlamaRMSNorm.forward / torchtune RMSNorm.forward, in order
+    h = x.to(torch.float32)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+    return weight * h.to(x.dtype)
+
+
+@pytest.mark.parametrize("trainable", [True, False])
+def test_rmsnorm_keeps_an_fp32_copy_under_pure_bf16(trainable: bool) -> None:
+    tokens, hidden = 64, 256
+    x = torch.randn(tokens, hidden, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.ones(hidden, dtype=torch.bfloat16, requires_grad=trainable)
+    saved = _saved_bytes(_llama_rmsnorm, x, w, exclude=(w,))
+    expected = tokens * norm_saved_bytes_per_token(hidden, "rmsnorm", Precision.BF16_PURE, weight_trainable=trainable)
+    assert saved == expected
+    # the old formula (16-bit input and two fp32 statistics) was short by the fp32 copy
+    assert expected > tokens * (hidden * 2 + 8)
+
+
+def test_full_cross_entropy_peaks_at_twelve_bytes_per_logit_at_the_start_of_backward() -> None:
+    tokens, vocab = 128, 4096
+    logits = torch.randn(tokens, vocab, dtype=torch.bfloat16, requires_grad=True)
+    target = torch.randint(0, vocab, (tokens,))
+    loss = F.cross_entropy(logits.float(), target)
+    live: list[int] = []
+
+    def hook(grad_inputs: tuple[torch.Tensor, ...], grad_outputs: tuple[torch.Tensor, ...]) -> None:
+        # runs right after log-softmax's backward, while its saved output and both gradients are alive
+        live.extend(g.untyped_storage().nbytes() for g in (*grad_inputs, *grad_outputs))
+
+    node = loss.grad_fn.next_functions[0][0]  # NllLossBackward -> LogSoftmaxBackward
+    assert "LogSoftmax" in type(node).__name__
+    saved_output = node._saved_result.untyped_storage().nbytes()
+    node.register_hook(hook)
+    loss.backward()
+    # the saved fp32 log-softmax output, nll_loss's fp32 gradient and the fp32 gradient of the logits
+    assert saved_output + sum(live) == tokens * vocab * 12
+    assert logits_bytes(seq_len=tokens, micro_batch=1, vocab=vocab, precision=Precision.BF16) == tokens * vocab * 12
+    assert logits_bytes(seq_len=tokens, micro_batch=1, vocab=vocab, precision=Precision.BF16_PURE) == tokens * vocab * 12
+
+
+def _eager_attention_fp32_softmax(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, p: float) -> torch.Tensor:
+    # the softmax in fp32 and a 16-bit copy for the PV matmul: what CUDA autocast does to BERT's eager attention
+    # (softmax "autocasts to float32") and what Hugging Face's eager_attention_forward writes out explicitly
+    # (softmax(..., dtype=torch.float32).to(query.dtype)).  CPU autocast keeps softmax in 16 bits, so the
+    # policy is spelled out here rather than taken from torch.autocast("cpu").
+    w = torch.softmax(q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5, dim=-1, dtype=torch.float32).to(q.dtype)
+    return F.dropout(w, p=p, training=p > 0) @ v
+
+
+@pytest.mark.parametrize("dropout", [False, True])
+def test_eager_attention_with_an_fp32_softmax(dropout: bool) -> None:
+    b, heads, s, d = 1, 2, 32, 16
+    q, k, v = (torch.randn(b, heads, s, d, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    saved = _saved_bytes(_eager_attention_fp32_softmax, q, k, v, 0.1 if dropout else 0.0, exclude=(q, k, v))
+    kw = dict(seq_len=s, micro_batch=b, hidden=heads * d, heads=heads, q_dim=heads * d, kv_dim=heads * d,
+              ffn_hidden=4 * heads * d, mlp="gelu", norm="layernorm", precision=Precision.BF16, dropout=dropout,
+              autocast_softmax=True)  # fmt: skip
+    scores, tokens = b * heads * s * s, b * s
+    # the formula's attention core: the eager layer minus the fused one, plus the fused kernel's fp32 log-sum-exp
+    core = (layer_activation_bytes(**kw, flash_attention=False) - layer_activation_bytes(**kw, flash_attention=True)
+            + tokens * 4 * heads)  # fmt: skip
+    assert core == scores * (7 if dropout else 6)  # fp32 softmax + 16-bit copy (+ 1-byte CUDA dropout mask)
+    # on CPU dropout's mask has the input's dtype (2 bytes here) where CUDA's fused dropout keeps 1 byte
+    cpu_mask_extra = scores if dropout else 0
+    assert saved - cpu_mask_extra == core
+    # without the fp32 softmax (Megatron's fused kernel, Korthikanti's count) the core is 2 (+1 + 2) bytes per score
+    fused = {**kw, "autocast_softmax": False}
+    assert (layer_activation_bytes(**fused, flash_attention=False) - layer_activation_bytes(**fused, flash_attention=True)
+            + tokens * 4 * heads) == scores * (5 if dropout else 2)  # fmt: skip
