@@ -108,8 +108,9 @@ def launch_command(
     else:
         p = plan.placement
         what = plan.job.library.value if plan.is_tabular else plan.strategy.value
-        err.print(f"trainplan launch --to {target.value}: {plan.name} on {p.label}, {what}, "
-                  f"{p.nodes} node(s) × {p.procs_per_node} process(es) on {p.device.value}; files in {plan.out}")  # fmt: skip
+        where = (f"one slice of {p.procs_per_node} {p.tpu} chips on {p.hosts} TPU VM host(s)" if p.tpu is not None
+                 else f"{p.nodes} node(s) × {p.procs_per_node} process(es) on {p.device.value}")
+        err.print(f"trainplan launch --to {target.value}: {plan.name} on {p.label}, {what}, {where}; files in {plan.out}")  # fmt: skip
         for name in sorted({*rendered.files, LAUNCH_RECORD}):
             typer.echo(f"  {plan.out / name}")
         for c in rendered.commands:

@@ -50,6 +50,9 @@ class Placement:
     a GPU plan on CPUs (``--device cpu``: the same layout, gloo, one core per
     process).  ``cloud`` and ``instance`` are set when the option names a
     catalog instance; ``hours`` is the plan's estimate (start-up included).
+    A TPU option (``tpu`` = the chip, e.g. ``TPUv5e``) is one slice: ``procs_per_node`` is its chips (the
+    data-parallel replicas), ``hosts`` its TPU VM hosts (each runs one process driving its chips), and
+    ``device`` is the hosts' CPU as far as the run configuration is concerned.
     """
 
     nodes: int
@@ -62,6 +65,8 @@ class Placement:
     instance: str | None = None
     cloud: str | None = None
     spot: bool = False
+    tpu: str | None = None
+    hosts: int = 1
 
     @property
     def world_size(self) -> int:

@@ -93,9 +93,11 @@ def placement_of(e: Estimate, job: Any, device: str | None) -> Placement:
     hw = e.hardware
     if device not in (None, "cpu", "cuda"):
         raise SpecError(f"must be cpu or cuda, got {device!r}", field="--device")
+    if hw.accelerator is not None and hw.accelerator.kind == "tpu":
+        return _tpu_placement(e, job, device)
     gpu = hw.accelerator.id if hw.accelerator is not None and hw.accelerator.kind == "gpu" else None
     if hw.accelerator is not None and gpu is None:
-        raise SpecError(f"{hw.accelerator.id} is not a GPU; launches run on GPUs or CPUs", field="--gpu")
+        raise SpecError(f"{hw.accelerator.id} is not a GPU; launches run on GPUs, TPU slices or CPUs", field="--gpu")
     tabular = job.kind is JobKind.TABULAR
     procs = 1 if tabular or gpu is None else hw.layout.gpus_per_node
     run_on = Accelerator.CUDA if gpu is not None and not tabular else Accelerator.CPU
@@ -120,9 +122,33 @@ def placement_of(e: Estimate, job: Any, device: str | None) -> Placement:
     )
 
 
+def _tpu_placement(e: Estimate, job: Any, device: str | None) -> Placement:
+    """A TPU option: one slice (a catalog row such as ``tpu-v5litepod-8``); its chips are the replicas, driven by one
+    process per TPU VM host (run/tpu.py)."""
+    from trainplan.run.tpu import slice_hosts
+
+    hw = e.hardware
+    acc, inst = hw.accelerator, hw.instance
+    assert acc is not None
+    if device is not None:
+        raise SpecError(f"the option is a TPU slice ({hw.label}); --device cpu/cuda rehearses GPU plans", field="--device")
+    if inst is None:
+        raise SpecError(f"name a TPU slice with --instance (tpu-v5litepod-8, tpu-v4-8, ...), not --gpu {acc.id}", field="--gpu")
+    if hw.layout.nodes > 1:
+        raise SpecError(f"{hw.layout.nodes} TPU slices over the data-centre network (Multislice) are not rendered; "
+                        f"pick one larger slice (--instance tpu-...-N)", field="--nodes")  # fmt: skip
+    chips = hw.layout.gpus_per_node
+    spot = bool(job.constraints.spot and inst.spot_price_usd_per_h is not None)
+    return Placement(nodes=1, procs_per_node=chips, device=Accelerator.CPU, cpus_per_node=max(1, hw.vcpus_per_node),
+                     hours=e.hours, label=hw.label, instance=inst.name, cloud=inst.cloud, spot=spot, tpu=acc.id,
+                     hosts=slice_hosts(acc.id, chips))  # fmt: skip
+
+
 def launch_precision(job: Any, placement: Placement, strategy: Strategy, catalog: Catalog) -> tuple[Precision, tuple[str, ...]]:
     """The precision the workers use on the plan's device (not this machine's)."""
     asked = getattr(job, "precision", Precision.FP32)
+    if placement.tpu is not None:  # bf16 is the TPU's matmul type; the estimate already rejected fp16 there
+        return asked, ()
     if placement.device is not Accelerator.CUDA:
         note = () if asked is Precision.FP32 else (f"precision {asked.value} runs as fp32 on cpu",)
         return Precision.FP32, note
@@ -176,6 +202,8 @@ def resolve_launch(request: LaunchRequest, *, run_dir: Path | None = None) -> La
         script_args=options.script_args,
         max_restarts=options.max_restarts,
     )
+    if placement.tpu is not None:
+        check_tpu_job(job, request, options, placement)
     precision = launch_precision(job, placement, strategy, catalog) if not tabular else None
     config = resolve_config(job, option, RunPaths(run_dir or out), run_request, precision=precision)
     return LaunchPlan(
@@ -188,3 +216,22 @@ def resolve_launch(request: LaunchRequest, *, run_dir: Path | None = None) -> La
         out=out,
         options=options,
     )
+
+
+def check_tpu_job(job: Any, request: LaunchRequest, options: LaunchOptions, placement: Placement) -> None:
+    """What runs on a TPU VM: a Keras job (trainplan's worker under TPUStrategy), or the user's own script under
+    torch_xla for ``transformer`` / ``torch`` jobs — trainplan's torch worker does not run on XLA."""
+    if request.target is not Target.SKYPILOT:
+        raise SpecError(f"{request.target.value} cannot run this plan: the option is a TPU slice, which runs as a Cloud "
+                        f"TPU VM; use --to skypilot", field="--to")  # fmt: skip
+    if job.kind is JobKind.TABULAR:
+        raise SpecError("tabular jobs do not run on TPUs (no GBDT library trains there)", field="kind")
+    if job.kind is JobKind.KERAS and options.script is None and placement.hosts > 1:
+        raise SpecError(f"{placement.instance} spans {placement.hosts} TPU VM hosts; trainplan's Keras worker runs "
+                        f"TPUStrategy on one host (TPUClusterResolver(tpu='local')): pick a single-host slice "
+                        f"(tpu-v5litepod-8, tpu-v5p-8, tpu-v6e-8, tpu-v4-8) or give --script", field="--instance")  # fmt: skip
+    if job.kind in (JobKind.TRANSFORMER, JobKind.TORCH) and options.script is None:
+        raise SpecError(f"kind: {job.kind.value} on a TPU runs your own torch_xla script: give --script TRAIN.py "
+                        f"(trainplan's torch worker does not run on XLA: torch_xla has no build for torch 2.13)",
+                        field="--script")  # fmt: skip
+

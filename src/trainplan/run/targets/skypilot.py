@@ -129,7 +129,48 @@ def _text(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
 _Dumper.add_representer(str, _text)
 
 
+def _tpu_task(plan: LaunchPlan, env: dict[str, str]) -> tuple[dict[str, object], tuple[str, ...]]:
+    """A Cloud TPU VM slice: ``accelerators: tpu-v5litepod-8`` with its software image in ``accelerator_args``
+    (run/tpu.py), ``num_nodes: 1`` — SkyPilot treats a TPU slice as one node and runs ``run`` on every host of a
+    multi-host slice (sky/backends/cloud_vm_ray_backend.py, ``num_ips_per_node`` of a TPU VM pod; skypilot 0.14.1).
+    Keras jobs run trainplan's worker under TPUStrategy; transformer / torch jobs run the user's script under
+    torch_xla (``PJRT_DEVICE=TPU``)."""
+    from trainplan.run.tpu import runtime_version, tpu_launch
+
+    p = plan.placement
+    assert p.tpu is not None and p.instance is not None
+    keras = plan.job.kind.value == "keras"
+    framework = "tf" if keras else "torch_xla"
+    script = plan.options.script
+    if script is not None:  # uploaded with the task's workdir (the rendered folder), run from there
+        target = [script.name, *plan.options.script_args]
+    elif keras:
+        target = ["-m", "trainplan.run.workloads.keras", RUN_JSON]
+    else:
+        target = worker_target(plan, RUN_JSON, module_flag="-m")
+    argv, framework_env = tpu_launch(framework, target[0], tuple(target[1:]))
+    env.update(framework_env)
+    env.update({"KERAS_BACKEND": "tensorflow"} if keras else {})
+    resources: dict[str, object] = {
+        "infra": "gcp",
+        "accelerators": p.instance,
+        "accelerator_args": {"runtime_version": runtime_version(p.tpu, framework, hosts=p.hosts), "tpu_vm": True},
+    }
+    if p.spot:
+        resources["use_spot"] = True
+    run = f"mkdir -p {shlex.quote(plan.config.out_dir)}\n{shlex.join(argv)}\n"
+    notes = [f"{p.instance} is {p.procs_per_node} {p.tpu} chips on {p.hosts} TPU VM host(s); SkyPilot runs `run` on each host"]
+    if keras:
+        notes.append("the TensorFlow TPU image brings TensorFlow and Keras 3; setup installs trainplan without them")
+    else:
+        notes.append("your script runs under torch_xla (PJRT_DEVICE=TPU) on every host; trainplan's torch worker does not "
+                     "run on XLA")  # fmt: skip
+    return {"resources": resources, "run": run}, tuple(notes)
+
+
 def render(plan: LaunchPlan) -> Rendered:
+    if plan.placement.tpu is not None:
+        return _render_tpu(plan)
     clouds = _clouds(plan)
     resources = _resources(plan, clouds)
     name = slug(plan.name)
@@ -159,3 +200,46 @@ def render(plan: LaunchPlan) -> Rendered:
     else:
         argv = ("sky", "launch", "--cluster", f"trainplan-{name}", "--yes", task_path)
     return Rendered(plan.target, files, (Command(argv=argv, where="this machine (SkyPilot's client)"),))
+
+
+def _render_tpu(plan: LaunchPlan) -> Rendered:
+    asked = (plan.options.cloud or "gcp").lower()
+    if asked != "gcp":
+        raise SpecError(f"the option is a TPU slice ({plan.placement.label}); TPU VMs run on gcp, not {asked}", field="--cloud")
+    name = slug(plan.name)
+    bucket = plan.options.bucket or f"trainplan-{name}-ckpt"
+    env = worker_env(plan, RUN_JSON)
+    tpu, notes = _tpu_task(plan, env)
+    install = plan.options.install or ("trainplan" if plan.job.kind.value == "keras" else "trainplan[torch]")
+    task = {
+        "name": name,
+        "workdir": str(plan.out),
+        "num_nodes": 1,
+        "resources": tpu["resources"],
+        "envs": env,
+        "file_mounts": {MOUNT: {"name": bucket, "mode": "MOUNT"}},
+        "setup": f"pip install {shlex.quote(install)}\n",
+        "run": tpu["run"],
+    }
+    files = base_files(plan)
+    script = plan.options.script
+    if script is not None:
+        if script.name in files or script.name == TASK:
+            raise SpecError(f"the script's name {script.name} clashes with a rendered file; rename it", field="--script")
+        try:
+            files[script.name] = script.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise SpecError(f"cannot read {script}: {exc.strerror or exc}", field="--script") from None
+        notes = (*notes, f"{script.name} is copied into the task's workdir; modules it imports from beside it are not")
+    files[TASK] = (
+        f"# Rendered by trainplan launch --to skypilot: {plan.name} on {plan.placement.label}, {plan.strategy.value}.\n"
+        f"# The run directory {plan.config.out_dir} is in the bucket {bucket}: a recovered job resumes from its checkpoint.\n"
+        + yaml.dump(task, Dumper=_Dumper, sort_keys=False)
+    )
+    task_path = str(plan.path(TASK))
+    if plan.placement.spot:
+        argv: tuple[str, ...] = ("sky", "jobs", "launch", "--name", name, "--yes", task_path)
+    else:
+        argv = ("sky", "launch", "--cluster", f"trainplan-{name}", "--yes", task_path)
+    return Rendered(plan.target, files, (Command(argv=argv, where="this machine (SkyPilot's client)"),), notes)
+

@@ -42,6 +42,9 @@ from trainplan.run.rundir import RunPaths
 from trainplan.strategies import Strategy
 
 RANK_ENV = "TRAINPLAN_KERAS_RANK"
+#: Set to ``TPUStrategy`` by a rendered TPU VM launch (run/tpu.py ``tpu_launch("tf", ...)``): the worker then trains
+#: under ``tf.distribute.TPUStrategy`` on this host's chips instead of starting CPU workers.
+STRATEGY_ENV = "TRAINPLAN_TF_STRATEGY"
 SAVE_WEIGHTS_MAX_PARAMS = 10_000_000
 
 
@@ -148,10 +151,48 @@ def _seed(*key: int) -> int:
     return int.from_bytes(hashlib.blake2b(repr(key).encode(), digest_size=8).digest(), "little") & ((1 << 63) - 1)
 
 
-def replicated_step(tf: Any, strategy: Any, model: Any, loss_name: str) -> Any:
+def on_tpu_vm() -> bool:
+    """Whether the launch asked for TPUStrategy (the rendered TPU VM task sets ``TRAINPLAN_TF_STRATEGY``)."""
+    return os.environ.get(STRATEGY_ENV) == "TPUStrategy"
+
+
+def make_strategy(tf: Any, config: RunConfig) -> Any:
+    """The ``tf.distribute`` strategy of this worker: TPUStrategy over this TPU VM's chips (``TPUClusterResolver(
+    tpu="local")``, then ``experimental_connect_to_cluster`` and ``initialize_tpu_system``, as TensorFlow's "Use TPUs"
+    guide does on a TPU VM), MultiWorkerMirroredStrategy across CPU worker processes, else the default strategy."""
+    if on_tpu_vm():
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="local")
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        return tf.distribute.TPUStrategy(resolver)
+    if config.world_size > 1:
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    return tf.distribute.get_strategy()
+
+
+def replica_shards(tf: Any, strategy: Any, v: Any) -> Any:
+    """``v`` (rows = replicas × n) as a distributed value: replica r gets rows [r·n, (r+1)·n)."""
+    replicas = strategy.num_replicas_in_sync
+    if v.shape[0] % replicas:
+        raise ValueError(f"{v.shape[0]} rows do not split over {replicas} replicas")
+    rows = v.shape[0] // replicas
+
+    def part(ctx: Any) -> Any:
+        r = ctx.replica_id_in_sync_group
+        return tf.constant(v[r * rows:(r + 1) * rows])
+
+    return strategy.experimental_distribute_values_from_function(part)
+
+
+def replicated_step(tf: Any, strategy: Any, model: Any, loss_name: str, *, split: bool = False) -> Any:
     """One synchronous data-parallel step under ``strategy``: each replica's mean loss over its own batch, scaled
     by 1/replicas, so that the optimizer's cross-replica gradient sum is the global mean (TensorFlow's "Custom
-    training loop with Keras and MultiWorkerMirroredStrategy" tutorial)."""
+    training loop with Keras and MultiWorkerMirroredStrategy" tutorial).
+
+    ``split``: the batch given is this process's share for all of its replicas (TPUStrategy: one process drives
+    every chip of the host); replica r trains on rows [r·n/R, (r+1)·n/R), handed out with
+    ``strategy.experimental_distribute_values_from_function``.  Without it each process's batch goes to its one
+    replica (MultiWorkerMirroredStrategy, one worker per device)."""
     import keras
 
     from trainplan.estimate.keras import keras_loss
@@ -172,7 +213,13 @@ def replicated_step(tf: Any, strategy: Any, model: Any, loss_name: str) -> Any:
     def step(x: Any, y: Any) -> Any:
         return strategy.reduce("MEAN", strategy.run(one, args=(x, y)), axis=None)
 
+    def shard(v: Any) -> Any:
+        return replica_shards(tf, strategy, v)
+
     def run(x: Any, y: Any) -> Any:
+        if split:
+            xs = [shard(v) for v in x] if isinstance(x, list) else shard(x)
+            return step(xs, shard(y)).numpy()
         xs = [tf.constant(v) for v in x] if isinstance(x, list) else tf.constant(x)
         return step(xs, tf.constant(y)).numpy()
 
@@ -207,8 +254,11 @@ def train(config: RunConfig, rank: int) -> int:
     paths = RunPaths(Path(config.out_dir))
     tf.config.threading.set_intra_op_parallelism_threads(config.threads_per_process)
     tf.config.threading.set_inter_op_parallelism_threads(max(1, min(2, config.threads_per_process)))
-    multi = config.world_size > 1
-    strategy = tf.distribute.MultiWorkerMirroredStrategy() if multi else tf.distribute.get_strategy()
+    tpu = on_tpu_vm()
+    multi = config.world_size > 1 or tpu
+    strategy = make_strategy(tf, config)
+    # TPUStrategy: this one process feeds all of the host's replicas (micro_batch rows each)
+    host_batch = config.micro_batch * (strategy.num_replicas_in_sync if tpu else 1)
     baseline = current_rss_bytes()
     peak = PeakMemory("cpu")
     with strategy.scope():
@@ -216,7 +266,7 @@ def train(config: RunConfig, rank: int) -> int:
     x0, _ = synthetic_batch(job, 1, job.seed)
     y0 = model(x0, training=False)
     out_shape = tuple(int(d) for d in (y0[0] if isinstance(y0, (list, tuple)) else y0).shape)
-    step_fn = model.train_on_batch if not multi else replicated_step(tf, strategy, model, job.loss)
+    step_fn = model.train_on_batch if not multi else replicated_step(tf, strategy, model, job.loss, split=tpu)
     step_var = tf.Variable(0, dtype=tf.int64, trainable=False)
     ckpt = tf.train.Checkpoint(model=model, optimizer=model.optimizer, step=step_var)
     ckpt_dir = paths.root / "checkpoints" if rank == 0 else paths.root / "scratch" / f"worker{rank}"
@@ -226,7 +276,8 @@ def train(config: RunConfig, rank: int) -> int:
     start = int(step_var.numpy())
     metrics = MetricsWriter(paths.metrics) if rank == 0 else None
     if metrics:
-        metrics.event("start", strategy=tf_distribute_strategy(config.strategy, processes=config.world_size),
+        metrics.event("start", strategy=tf_distribute_strategy(config.strategy, processes=config.world_size,
+                                                               accelerator="tpu" if tpu else "cpu"),
                       resumed_from=start or None, processes=config.world_size)  # fmt: skip
     status = RunStatus.COMPLETED
     elapsed0 = 0.0
@@ -237,7 +288,7 @@ def train(config: RunConfig, rank: int) -> int:
     for step in range(start, config.total_steps):
         t0 = time.perf_counter()
         for micro in range(config.grad_accum):
-            x, y = synthetic_batch(job, config.micro_batch, _seed(job.seed, step, micro, rank), out_shape)
+            x, y = synthetic_batch(job, host_batch, _seed(job.seed, step, micro, rank), out_shape)
             loss = step_fn(x, y)
         dt = time.perf_counter() - t0
         if step == start:
@@ -294,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m trainplan.run.workloads.keras RUN_JSON", file=sys.stderr)
         return 2
     run_json = args[0] if args else os.environ[CONFIG_ENV]
-    if config.world_size > 1 and "TF_CONFIG" not in os.environ:
+    if config.world_size > 1 and "TF_CONFIG" not in os.environ and not on_tpu_vm():
         return launch_workers(config, run_json)
     return train(config, int(os.environ.get(RANK_ENV, "0")))
 
