@@ -120,3 +120,66 @@ def test_the_composer_applies_the_xla_rules_on_a_tpu_slice() -> None:
     params = e.params
     # AMP-style FSDP: fp32 weights and gradients (4 + 4) and AdamW's two fp32 states (8) per parameter
     assert m.weights + m.optimizer == pytest.approx(fsdp_state_bytes_per_chip(params, 4 + 8, 8), rel=1e-6)
+
+
+# MaxText's published TPU training figures (AI-Hypercomputer/maxtext, docs/reference/models/tiering.md, "Trillium
+# (v6e)" Gold table; read via the search tool 2026-12-03): Llama 2 70B on 256 v6e chips, BF16, sequence 4096:
+# 43.8 % MFU at about 900 tokens/s per chip; Llama 3.1 8B on 256 v6e chips, BF16, sequence 8192: 45.46 % MFU at
+# 7,207 tokens/s per chip.  MaxText counts the matmul weights (the input embedding is a lookup, not a matmul) and
+# full (not causal-halved) attention — 6·N_matmul + 12·L·d·T per token, the PaLM formula on the matmul count.
+MAXTEXT_V6E = [
+    ("llama-2-70b", 4096, 900.0, 0.438),
+    ("llama-3.1-8b", 8192, 7207.0, 0.4546),
+]
+
+
+@pytest.mark.parametrize(("model", "seq", "tokens_per_chip", "published_mfu"), MAXTEXT_V6E)
+def test_v6e_mfu_from_maxtext_throughput(model: str, seq: int, tokens_per_chip: float, published_mfu: float) -> None:
+    """The catalog's v6e peak (918 TFLOPS bf16, Google's v6e docs) and the PaLM FLOPs formula turn MaxText's
+    published tokens/s into its published MFU: 43.6 % for 43.8 % (its 900 tokens/s is rounded), 45.47 % for 45.46 %."""
+    from trainplan import resolve_model
+    from trainplan.estimate.architecture import param_counts
+
+    arch = resolve_model(model)
+    per_token = model_flops_per_token(param_counts(arch).matmul_per_token, arch.layers, seq, arch.hidden)
+    peak = get_catalog().accelerators["TPUv6e"].peak_bf16_tflops
+    assert peak == 918
+    assert mfu(tokens_per_chip * 256, per_token, 256, peak) == pytest.approx(published_mfu, abs=0.003)
+
+
+def test_v5p_and_v5e_peaks_are_what_maxtext_divides_by() -> None:
+    """MaxText's runtime-performance tables give achieved TFLOP/s per chip and the MFU it makes of them: v5p-128, 32B
+    model, 328 TFLOP/s = 71.47 % (docs/reference/performance results, "TPU v5p"); v5e-256, 16B model, 120 TFLOP/s =
+    61.10 % (MaxText/configs/v5e/README.md).  Dividing by the catalog's peaks (459 and 197 TFLOPS bf16, Google's v5p
+    and v5e docs) gives the same MFU: the catalog rows are the peaks MaxText's figures are relative to."""
+    acc = get_catalog().accelerators
+    assert 328 / acc["TPUv5p"].peak_bf16_tflops == pytest.approx(0.7147, abs=0.001)
+    assert 120 / acc["TPUv5e"].peak_bf16_tflops == pytest.approx(0.6110, abs=0.003)  # 120 is rounded from 120.4
+
+
+@pytest.mark.parametrize(("model", "seq", "tokens_per_chip", "published_mfu"), MAXTEXT_V6E)
+def test_the_estimate_against_maxtext_on_256_v6e_chips(model: str, seq: int, tokens_per_chip: float, published_mfu: float) -> None:
+    """trainplan's own estimate of the same runs (FSDP over 256 v6e chips, one sequence per chip, full activation
+    checkpointing; MaxText's batch and remat settings are not in the table): within 12 % of the published tokens/s
+    per chip — 6,713 vs 7,207 (−6.9 %) for Llama 3.1 8B, 968 vs 900 (+7.6 %) for Llama 2 70B (docs/benchmarks.md)."""
+    from trainplan.estimate.hardware import hardware_for_gpu
+    from trainplan.estimate.transformer import estimate_transformer
+    from trainplan.spec import parse_job
+    from trainplan.strategies import Strategy
+
+    cat = get_catalog()
+    job = parse_job({"kind": "transformer", "model": model, "seq_len": seq, "micro_batch": 1, "steps": 10,
+                     "precision": "bf16", "activation_checkpointing": "full"})  # fmt: skip
+    e = estimate_transformer(job, hardware_for_gpu(cat.accelerators["TPUv6e"], cat, gpus=256), Strategy.FSDP, cat)
+    assert e.fits
+    assert e.throughput / 256 == pytest.approx(tokens_per_chip, rel=0.12)
+
+
+def test_v5p_and_v6e_prices_per_chip_hour() -> None:
+    """The SkyPilot GCP catalog's us-central1 rows: v5p $4.20 and v6e (Trillium) $2.70 per chip-hour, the host included;
+    a multi-host slice costs its chips × the same rate (tpu-v5p-16: 8 chips, tpu-v5litepod-16: 16 chips)."""
+    cat = get_catalog()
+    for name, rate in (("tpu-v5p-8", 4.20), ("tpu-v6e-8", 2.70), ("tpu-v5p-16", 4.20), ("tpu-v5litepod-16", 1.20),
+                       ("tpu-v4-16", 3.22)):  # fmt: skip
+        inst = find_instance(name, cat)
+        assert price_per_chip_hour(inst.price_usd_per_h, inst.accelerator_count) == pytest.approx(rate), name
