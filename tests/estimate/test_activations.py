@@ -100,3 +100,24 @@ def test_eager_attention_with_an_fp32_softmax(dropout: bool) -> None:
     fused = {**kw, "autocast_softmax": False}
     assert (layer_activation_bytes(**fused, flash_attention=False) - layer_activation_bytes(**fused, flash_attention=True)
             + tokens * 4 * heads) == scores * (5 if dropout else 2)  # fmt: skip
+
+
+def test_the_projection_keeps_a_contiguous_copy_of_the_sdpa_output_when_it_trains() -> None:
+    b, heads, s, d = 1, 2, 32, 16
+    q, k, v = (torch.randn(b, heads, s, d, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+
+    def saved_with(o_proj: torch.Tensor) -> int:
+        def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            # Hugging Face LlamaAttention (sdpa) / torchtune MultiHeadAttention: SDPA, a contiguous (B, S, H*D) copy
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return F.linear(out.transpose(1, 2).contiguous().reshape(b, s, heads * d), o_proj)
+
+        return _saved_bytes(attention, q, k, v, exclude=(q, k, v, o_proj))
+
+    w = torch.randn(heads * d, heads * d, dtype=torch.bfloat16)
+    extra = saved_with(w.clone().requires_grad_(True)) - saved_with(w)
+    kw = dict(seq_len=s, micro_batch=b, hidden=heads * d, heads=heads, q_dim=heads * d, kv_dim=heads * d,
+              ffn_hidden=4 * heads * d, mlp="gelu", norm="layernorm", precision=Precision.BF16_PURE,
+              flash_attention=True)  # fmt: skip
+    copy = layer_activation_bytes(**kw, attention_output_copy=True) - layer_activation_bytes(**kw)
+    assert extra == copy == b * s * heads * d * 2  # one 16-bit (B, S, H*D) tensor, only when the projection trains

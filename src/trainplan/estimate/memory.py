@@ -274,6 +274,7 @@ def layer_activation_bytes(
     compiled: bool = False,
     autocast_softmax: bool = False,
     frozen_norms: bool = False,
+    attention_output_copy: bool = False,
 ) -> float:
     """Activation bytes one transformer block keeps for backward (Korthikanti et al. 2022, eq. 1, term by term).
 
@@ -297,6 +298,12 @@ def layer_activation_bytes(
     bytes per score instead of e (+1 + e); Megatron's fused softmax (the
     Korthikanti count) keeps 16 bits.
     ``frozen_norms``: the norms' weights do not train (LoRA), see :func:`norm_saved_bytes_per_token`.
+    ``attention_output_copy``: PyTorch's fused SDPA kernel keeps its own output
+    ``(B, H, S, D)`` for backward, and the output projection keeps the
+    contiguous ``(B, S, H·D)`` copy that ``transpose(1, 2).contiguous()`` (or
+    ``reshape``) makes of it — a second e·q.  The caller says whether the
+    projection keeps its input (autograd saves a matmul's input only for its
+    weight's gradient: PyTorch ``derivatives.yaml``, ``mm``).
     """
     e = precision.compute_bytes
     tokens = seq_len * micro_batch
@@ -306,6 +313,8 @@ def layer_activation_bytes(
     fp32_softmax = autocast_softmax and e == 2
     if flash_attention:
         core = 4.0 * heads  # fp32 log-sum-exp per head per token
+        if attention_output_copy:
+            attn_linear += e * q_dim
     else:
         core = (4.0 + e if fp32_softmax else e) * heads * seq_len
         if dropout:  # the mask, and the dropout output (under autocast its 16-bit cast replaces the one above)

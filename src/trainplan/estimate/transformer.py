@@ -27,7 +27,7 @@ from trainplan.estimate.result import Estimate, Hardware
 from trainplan.estimate.stack import Knobs, effective_knobs
 from trainplan.estimate.steptime import matmul_efficiency
 from trainplan.model import ModelArch
-from trainplan.spec import Checkpointing, FlashAttention, Method, Precision, TransformerJob
+from trainplan.spec import Checkpointing, FlashAttention, Method, Precision, Stack, TransformerJob
 from trainplan.strategies import Strategy
 
 __all__ = ["TransformerModel", "activation_bytes", "estimate_transformer", "matmul_efficiency",
@@ -82,6 +82,26 @@ def _flash(job: TransformerJob) -> bool:
     return job.flash_attention is not FlashAttention.FALSE
 
 
+def _attention_output_copy(job: TransformerJob, arch: ModelArch, k: Knobs) -> bool:
+    """Whether the output projection keeps a contiguous copy of the fused attention kernel's output.
+
+    PyTorch SDPA (``flash_attention: auto``) returns ``(B, H, S, D)``; Hugging Face (sdpa), torchtune and LitGPT
+    transpose it into a contiguous ``(B, S, H·D)`` copy for the output projection.  The FlashAttention package
+    (``flash_attention: true``: Hugging Face ``flash_attention_2``, llm-foundry's default) returns ``(B, S, H, D)``,
+    which the projection only views.  Compiled, the copy is recomputed from the kernel's saved output (a pointwise
+    op: min-cut rematerialisation).  The projection keeps its input only to form its weight's gradient: when it
+    trains, when a LoRA adapter on it trains (``lora_A`` keeps the same input), or through bitsandbytes'
+    ``MatMul4Bit``, which keeps its input ``A`` whenever either operand needs a gradient
+    (``bitsandbytes/autograd/_functions.py``: ``ctx.tensors = (A, B)``) — QLoRA outside torchtune, whose torchao
+    ``linear_nf4`` keeps only the weight.
+    """
+    if job.flash_attention is not FlashAttention.AUTO or k.compile or k.stack is Stack.LLM_FOUNDRY:
+        return False
+    lora = job.lora_spec
+    bitsandbytes = job.method is Method.QLORA and k.stack is not Stack.TORCHTUNE
+    return lora is None or bitsandbytes or "o_proj" in arch_mod.lora_targets(arch, lora)
+
+
 def block_activation_bytes(job: TransformerJob, arch: ModelArch, knobs: Knobs | None = None) -> float:
     """Activations all transformer blocks keep for backward, for one micro-batch."""
     k = knobs or Knobs(stack=job.stack)
@@ -102,6 +122,7 @@ def block_activation_bytes(job: TransformerJob, arch: ModelArch, knobs: Knobs | 
         dropout=arch.dropout > 0,
         frozen_norms=job.lora_spec is not None,
         autocast_softmax=job.precision.mixed,
+        attention_output_copy=_attention_output_copy(job, arch, k),
     )
     if job.activation_checkpointing is Checkpointing.FULL:
         return checkpointed_activation_bytes(
