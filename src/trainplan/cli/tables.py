@@ -84,6 +84,10 @@ def plan_table(plan: Plan, *, top: int, title: str) -> Table:
             _co2(e),
             " ".join(marks),
         )
+    unknown = sorted({e.energy.note for e in plan.options[:top] if e.energy and e.energy.kwh is None and e.energy.note})
+    if unknown:  # say why a kWh reads "?" (a TPU without a published board power, say)
+        t.caption = "kWh ?: " + "; ".join(unknown)
+        t.caption_justify = "left"
     return t
 
 
@@ -172,6 +176,8 @@ def estimate_panel(e: Estimate) -> Group:
         en = e.energy
         how = (f"{en.device_w:.0f} W per device at {en.utilisation:.0%} utilisation + host {en.host_w:.0f} W per node, "
                f"PUE {en.pue:g}") if e.hardware.accelerator else f"host {en.host_w:.0f} W per node, PUE {en.pue:g}"
+        if e.hardware.accelerator is not None and e.hardware.accelerator.tdp_w is None:  # not a silent 0 W
+            how = f"{e.hardware.accelerator.id} board power unknown + host {en.host_w:.0f} W per node, PUE {en.pue:g}"
         t.add_row("energy", f"{_kwh(e)} kWh ({how})")
         grid = f"{en.grid_kg_co2e_per_kwh:g} kg/kWh" if en.grid_kg_co2e_per_kwh is not None else "grid unknown"
         t.add_row("emissions", f"{_co2(e)} kg CO2e ({en.region}, {grid})" + (f" - {en.note}" if en.note else ""))

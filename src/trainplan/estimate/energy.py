@@ -151,7 +151,8 @@ def option_energy(
     host_idle_w = host_power_w(hw.vcpus_per_node, hw.ram_gib_per_node, dc, 0.0)
     if accelerated and acc.tdp_w is None:
         return Energy(None, None, 0.0, host_w, utilisation, dc.pue, intensity, label,
-                      f"no board power (tdp_w) for {acc.id} in the catalog")  # fmt: skip
+                      f"no board power (tdp_w) for {acc.id} in the catalog - not published by its maker - so kWh and "
+                      f"CO2 are unknown")  # fmt: skip
     board = acc.tdp_w if accelerated and acc.tdp_w else 0.0
     device_w = device_power_w(board, utilisation, idle_frac) if accelerated else 0.0
     device_idle_w = board * idle_frac
