@@ -183,3 +183,26 @@ def test_v5p_and_v6e_prices_per_chip_hour() -> None:
                        ("tpu-v4-16", 3.22)):  # fmt: skip
         inst = find_instance(name, cat)
         assert price_per_chip_hour(inst.price_usd_per_h, inst.accelerator_count) == pytest.approx(rate), name
+
+
+def test_plan_says_why_a_tpu_kwh_is_unknown() -> None:
+    """A TPU without a published board power (v5e, v5p, v6e) gets '?' kWh in plan's table and the reason under it —
+    not a silent 0 — and estimate's energy line names the unknown board power instead of '0 W per device'."""
+    from rich.console import Console
+
+    from trainplan.cli.tables import estimate_panel, plan_table
+    from trainplan.planner.core import plan_job
+    from trainplan.spec import parse_job
+
+    job = parse_job({"kind": "transformer", "seq_len": 256, "micro_batch": 2, "global_batch": 16, "steps": 100,
+                     "precision": "bf16", "constraints": {"clouds": ["gcp"]},
+                     "model": {"layers": 2, "hidden": 256, "heads": 4, "ffn_hidden": 688, "vocab": 32000}})  # fmt: skip
+    plan = plan_job(job, get_catalog())
+    unknown = [e for e in plan.options if e.energy and e.energy.kwh is None]
+    assert unknown and all(e.hardware.accelerator.kind == "tpu" and e.hardware.accelerator.tdp_w is None for e in unknown)
+    table = plan_table(plan, top=len(plan.options), title="t")
+    assert table.caption and table.caption.startswith("kWh ?: no board power (tdp_w) for TPUv")
+    console = Console(width=250, record=True)
+    console.print(estimate_panel(unknown[0]))
+    text = console.export_text()
+    assert f"{unknown[0].hardware.accelerator.id} board power unknown" in text and "0 W per device" not in text
