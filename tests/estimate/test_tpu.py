@@ -206,3 +206,24 @@ def test_plan_says_why_a_tpu_kwh_is_unknown() -> None:
     console.print(estimate_panel(unknown[0]))
     text = console.export_text()
     assert f"{unknown[0].hardware.accelerator.id} board power unknown" in text and "0 W per device" not in text
+
+
+def test_gradient_accumulation_on_a_tpu_slice_keeps_gradients_sharded() -> None:
+    """PyTorch FSDP accumulates unsharded gradients inside no_sync (memory.model_state_bytes); an SPMD step on a TPU
+    slice accumulates into gradients sharded like the parameters (MaxText gradient_accumulation.py), so 4 micro-steps
+    on 8 v5e chips hold 1/8 of the fp32 gradients, as one micro-step does — not all of them (25 GiB for LLaMA-7B)."""
+    from trainplan.estimate.hardware import hardware_for_instance
+    from trainplan.estimate.transformer import estimate_transformer
+    from trainplan.spec import parse_job
+    from trainplan.strategies import Strategy
+
+    cat = get_catalog()
+    hw = hardware_for_instance(find_instance("tpu-v5litepod-8", cat), cat)
+    grads = {}
+    for gb in (32, 128):  # 1 and 4 micro-steps of 4 sequences per chip
+        job = parse_job({"kind": "transformer", "model": "llama-7b", "seq_len": 512, "micro_batch": 4, "global_batch": gb,
+                         "steps": 10, "precision": "bf16", "activation_checkpointing": "full"})  # fmt: skip
+        e = estimate_transformer(job, hw, Strategy.FSDP, cat)
+        grads[gb] = e.memory.gradients
+    assert grads[128] == pytest.approx(grads[32])
+    assert grads[128] == pytest.approx(fsdp_state_bytes_per_chip(6_738_415_616, 4, 8), rel=1e-6)

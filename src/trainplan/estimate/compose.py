@@ -59,7 +59,9 @@ def step_memory(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardwa
         # FSDP: the stack's gradients for frozen weights in mixed units, and unsharded gradients while
         # accumulating without sync (memory.model_state_bytes; stacks.yaml says which stacks do either)
         frozen_gradient_bytes=profile.memory.frozen_gradient_bytes,
-        unsharded_gradients=profile.memory.unsharded_accumulation and micro_steps > 1 and n > 1,
+        # On a TPU slice the SPMD step accumulates into gradients sharded like the parameters (MaxText
+        # src/MaxText/gradient_accumulation.py: the accumulator is created with the params' shardings).
+        unsharded_gradients=profile.memory.unsharded_accumulation and micro_steps > 1 and n > 1 and not _on_tpu(hw),
     )
     if profile.memory.transient_gradients:
         # the optimizer steps each parameter as its gradient is ready and frees it (torchtune optimizer_in_bwd,
@@ -236,3 +238,7 @@ def compose(
         trace=profile.trace,
         memory_band=catalog.assumption(f"memory_error_band_{profile.source.value}"),
     )
+
+
+def _on_tpu(hw: Hardware) -> bool:
+    return hw.accelerator is not None and hw.accelerator.kind == "tpu"
