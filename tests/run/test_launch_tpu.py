@@ -75,10 +75,10 @@ def keras_job(path: Path, **changes: Any) -> Path:
 
 
 def reference_job(path: Path, **changes: Any) -> Path:
-    """The reference LLaMA-7B fine-tune made to fit 16 GiB v5e chips: full activation checkpointing, and a global batch
-    of one micro-batch per chip (accumulating gradients would hold them unsharded: 25 GiB)."""
+    """The reference LLaMA-7B fine-tune (global batch 128) with full activation checkpointing, the plan's own hint
+    for 16 GiB v5e chips."""
     return write_job(path, yaml.safe_load(example_path("llama7b-sft.yaml").read_text()), activation_checkpointing="full",
-                     global_batch=32, **changes)  # fmt: skip
+                     **changes)  # fmt: skip
 
 
 def test_slice_hosts_and_runtime_versions() -> None:
@@ -126,6 +126,7 @@ def test_skypilot_parses_the_rendered_tpu_tasks(tmp_path: Path) -> None:
     assert r["resources"][0]["accelerators"] == {"tpu-v5litepod-8": 1}
     assert r["resources"][0]["accelerator_args"] == {"runtime_version": "v2-alpha-tpuv5-lite", "tpu_vm": True}
     assert r["envs"]["PJRT_DEVICE"] == "TPU" and r["run"].splitlines()[-1] == "python3 train_xla.py --steps 10"
+    assert json.loads((ref.out / "run.json").read_text())["grad_accum"] == 4  # 128 = 8 chips × 4 × 4 micro-steps
     assert (ref.out / "train_xla.py").read_text() == script.read_text()
 
     # a multi-host slice: still one SkyPilot node (SkyPilot runs `run` on both hosts); spot → a managed job
