@@ -12,6 +12,12 @@ TPU VM and runs it there.  Frameworks:
 * ``tf`` — Keras / TensorFlow with ``tf.distribute.TPUStrategy`` over
   ``TPUClusterResolver(tpu="local")`` (TensorFlow "Use TPUs" guide); what a
   ``kind: keras`` plan's ``ddp`` maps to on a TPU.
+
+``trainplan launch --to skypilot`` uses these for a TPU option
+(run/targets/skypilot.py): the software image per chip and framework
+(:func:`runtime_version`, from Google's table), the slice's hosts
+(:func:`slice_hosts`), and the command — trainplan's Keras worker, or the
+user's torch_xla script.
 """
 
 from __future__ import annotations
