@@ -195,7 +195,7 @@ def main() -> int:
         figures = probe(env, args.probe_repeat)
         print(f"probe (best of {args.probe_repeat}): matmul fp32 {figures.get('matmul_fp32', 0) * 1e3:.1f} GFLOP/s "
               f"(1 thread {(figures.get('matmul_fp32_1thread') or 0) * 1e3:.1f}), training-step scaling "
-              f"{figures.get('cpu_step_scaling') or 0:.2f}x, "
+              f"{'%.2fx' % figures['cpu_step_scaling'] if figures.get('cpu_step_scaling') else 'n/a (one thread)'}, "
               f"bf16 {(figures.get('matmul_bf16') or 0) * 1e3:.1f} GFLOP/s, copy {figures.get('memory_bandwidth') or 0:.2f} GB/s, "
               f"element-wise {figures.get('activation_rate') or 0:.2f} GB/s, "
               f"CPU runtime {(figures.get('cpu_runtime_overhead') or 0) * 1024:.1f} MiB; {cores} cores", flush=True)  # fmt: skip
