@@ -58,11 +58,16 @@ class Wrapped:
         return self.model
 
     def set_grad_sync(self, sync: bool) -> None:
-        """Whether the next backward synchronises gradients (off inside an accumulation window)."""
+        """Whether the next backward synchronises gradients (off inside an accumulation window).
+
+        DDP only. FSDP keeps reduce-scattering every micro-batch, as torchtitan and torchtune do: with
+        ``set_requires_gradient_sync(False)`` FSDP2 would keep the *unsharded* gradients of the whole model until
+        the last micro-batch (PyTorch FSDP docs, no_sync), which defeats sharding for the models FSDP is chosen
+        for. The estimate counts it the same way (stacks.yaml plain: unsharded_accumulation false; comms.py
+        reduce-scatters per micro-batch).
+        """
         if self.strategy is Strategy.DDP:
             self.model.require_backward_grad_sync = sync
-        elif self.strategy.engine is Engine.FSDP:
-            self.model.set_requires_gradient_sync(sync)
 
     def describe(self) -> dict[str, Any]:
         """What was really built (recorded per rank, checked by the tests)."""
