@@ -468,6 +468,37 @@ def test_an_lstm_traces_with_the_flops_of_its_cpu_operator(tmp_path: Path, monke
     assert p.flops.backward == pytest.approx(2 * forward)
 
 
+def test_cpu_options_of_a_torch_job_use_a_trace_for_the_cpu_kernels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plan's CPU options take the job traced for the CPU (oneDNN's LSTM workspace), its GPU options the CUDA trace."""
+    pytest.importorskip("torch")
+    from trainplan.catalog import find_accelerator
+    from trainplan.estimate.hardware import hardware_for_gpu
+    from trainplan.estimate.trace.workspace import mkldnn_lstm_workspace_bytes
+    from trainplan.planner.core import make_estimator
+
+    (tmp_path / "tp_cpu_lstm2.py").write_text(
+        "from torch import nn\n\n"
+        "class M(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.rnn = nn.LSTM(64, 128, num_layers=2, batch_first=True)\n\n"
+        "    def forward(self, x):\n"
+        "        return self.rnn(x)[0]\n\n"
+        "def lstm():\n"
+        "    return M()\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    job = parse_job({"kind": "torch", "model": "tp_cpu_lstm2:lstm", "inputs": [{"shape": [50, 64]}], "micro_batch": 16,
+                     "steps": 1, "precision": "fp32"})  # fmt: skip
+    cat = get_catalog()
+    est = make_estimator(job, cat)
+    on_cpu = est(hardware_for_cpus(2, cat), Strategy.SINGLE)
+    on_gpu = est(hardware_for_gpu(find_accelerator("A100-80GB"), cat, gpus=1), Strategy.SINGLE)
+    workspaces = mkldnn_lstm_workspace_bytes(50, 16, 64, 128) + mkldnn_lstm_workspace_bytes(50, 16, 128, 128)
+    assert on_cpu.memory.activations - on_gpu.memory.activations >= 0.9 * workspaces
+    assert est(hardware_for_cpus(4, cat), Strategy.SINGLE).memory.activations == on_cpu.memory.activations
+
+
 @pytest.mark.parametrize(("inputs", "hidden", "steps", "batch", "layers", "bidirectional"),
                          [(128, 256, 64, 32, 2, False), (50, 100, 10, 3, 1, False), (300, 64, 7, 5, 2, True),
                           (17, 33, 20, 1, 1, False)])  # fmt: skip

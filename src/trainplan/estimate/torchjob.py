@@ -127,8 +127,11 @@ def profile_from_trace(job: TorchJob | TransformerJob, result: Any, largest: int
     )
 
 
-def trace_torch_job(job: TorchJob) -> StepProfile:
-    """Trace the job's model factory with its example inputs (raises TraceError with one clear line)."""
+def trace_torch_job(job: TorchJob, *, device: str = "cuda") -> StepProfile:
+    """Trace the job's model factory with its example inputs (raises TraceError with one clear line).
+
+    ``device`` is where the job will run: ``"cpu"`` traces with the CPU kernels' rules (no allocator rounding,
+    oneDNN's convolution and LSTM workspaces, torch.optim's per-parameter step; ``trace/target.py``)."""
     import torch
 
     from trainplan.estimate.trace import load_factory, trace_training_step
@@ -149,6 +152,7 @@ def trace_torch_job(job: TorchJob) -> StepProfile:
         optimizer=job.optimizer,
         activation_checkpointing=job.activation_checkpointing,
         loss=job.loss,
+        device=device,
     )
     try:
         with torch.device("meta"):

@@ -66,9 +66,11 @@ def with_energy(e: Estimate, catalog: Catalog, regions: Mapping[str, str] | None
     return replace(e, energy=energy)
 
 
-def job_profile(job: TorchJob | TransformerJob | KerasJob, catalog: Catalog, *, trace: bool = False) -> StepProfile:
+def job_profile(job: TorchJob | TransformerJob | KerasJob, catalog: Catalog, *, trace: bool = False,
+                device: str = "cuda") -> StepProfile:  # fmt: skip
     """The job's step profile: the formulas for a transformer, a trace of the real model with ``trace``
-    or for a ``kind: torch`` job (which has no formulas), Keras/XLA's analysis for ``kind: keras``."""
+    or for a ``kind: torch`` job (which has no formulas), Keras/XLA's analysis for ``kind: keras``.
+    ``device``: the target a ``kind: torch`` trace follows (``"cpu"`` for options without an accelerator)."""
     if isinstance(job, KerasJob):
         from trainplan.estimate.keras import keras_profile
 
@@ -76,7 +78,7 @@ def job_profile(job: TorchJob | TransformerJob | KerasJob, catalog: Catalog, *, 
     if isinstance(job, TorchJob):
         from trainplan.estimate.torchjob import trace_torch_job
 
-        return trace_torch_job(job)
+        return trace_torch_job(job, device=device)
     if trace:
         from trainplan.estimate.torchjob import trace_transformer_job
 
@@ -108,10 +110,19 @@ def make_estimator(
     if not isinstance(job, (TransformerJob, TorchJob, KerasJob)):
         raise TypeError(f"unsupported job {type(job).__name__}")
     prof = profile or job_profile(job, catalog, trace=trace)
+    on_cpu: list[StepProfile] = []  # a kind: torch job traced for the CPU kernels, made when a CPU option comes
+
+    def profile_for(hw: Hardware) -> StepProfile:
+        if hw.accelerator is not None or not isinstance(job, TorchJob):
+            return prof
+        if not on_cpu:
+            on_cpu.append(job_profile(job, catalog, device="cpu"))
+        return on_cpu[0]
 
     def est(hw: Hardware, strategy: Strategy | None) -> Estimate:
         eff = efficiency_for(hw) if efficiency_for else None
-        return with_energy(compose(job, prof, hw, strategy or Strategy.SINGLE, catalog, efficiency=eff), catalog, regions)
+        e = compose(job, profile_for(hw), hw, strategy or Strategy.SINGLE, catalog, efficiency=eff)
+        return with_energy(e, catalog, regions)
 
     return est
 
