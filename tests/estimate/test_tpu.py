@@ -69,6 +69,25 @@ def test_fsdp_sharding_and_ici_traffic_on_v5e() -> None:
         fsdp_state_bytes_per_chip(1, 1, 0)
 
 
+def test_v4_slices_have_an_ici_figure_so_fsdp_is_estimated() -> None:
+    """Google's v4 page: 'All-reduce bandwidth per Pod 1.1 PB/s' over 4096 chips -> 268 GB/s per chip (derived in the
+    rows); with it, FSDP on a v4 slice is estimated instead of rejected for a missing figure."""
+    from trainplan.estimate.hardware import hardware_for_instance
+    from trainplan.estimate.result import RejectKind
+    from trainplan.estimate.transformer import estimate_transformer
+    from trainplan.spec import parse_job
+    from trainplan.strategies import Strategy
+
+    cat = get_catalog()
+    for name in ("tpu-v4-8", "tpu-v4-16"):
+        assert find_instance(name, cat).intra_node_bw_gb_s == pytest.approx(1.1e15 / 4096 / 1e9, rel=0.01)
+    job = parse_job({"kind": "transformer", "model": "llama-2-7b", "seq_len": 2048, "micro_batch": 1, "steps": 10,
+                     "global_batch": 8})  # fmt: skip
+    e = estimate_transformer(job, hardware_for_instance(find_instance("tpu-v4-16", cat), cat), Strategy.FSDP, cat)
+    assert e.rejection is None or e.rejection.kind is not RejectKind.MISSING_FIGURE
+    assert 0 < e.step_time_s < float("inf")
+
+
 def test_tpu_prices_are_per_chip_hour_with_the_host() -> None:
     """Google's list prices per chip-hour, host included: v4 $3.22, v5e $1.20 (catalog rows' sources)."""
     cat = get_catalog()
