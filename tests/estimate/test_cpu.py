@@ -442,23 +442,28 @@ def test_measured_rates_use_the_probes_thread_scaling_of_a_training_step() -> No
     assert parallel_fraction(0.8, 2) == 0.0 and parallel_fraction(2.5, 2) == 1.0
 
 
-def test_an_lstm_traces_with_the_flops_of_its_cpu_operator(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """nn.LSTM on CPU is one oneDNN operator per layer (aten.mkldnn_rnn_layer); it used to trace at 0 FLOPs."""
-    pytest.importorskip("torch")
-    from trainplan.estimate.torchjob import trace_torch_job
-
-    (tmp_path / "tp_cpu_lstm.py").write_text(
+def _lstm_factory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str, *, inputs: int, hidden: int) -> None:
+    """Write ``module.py`` with ``lstm()``: a 2-layer batch-first nn.LSTM(inputs, hidden), importable from tmp_path."""
+    (tmp_path / f"{module}.py").write_text(
         "from torch import nn\n\n"
         "class M(nn.Module):\n"
         "    def __init__(self):\n"
         "        super().__init__()\n"
-        "        self.rnn = nn.LSTM(16, 32, num_layers=2, batch_first=True)\n\n"
+        f"        self.rnn = nn.LSTM({inputs}, {hidden}, num_layers=2, batch_first=True)\n\n"
         "    def forward(self, x):\n"
         "        return self.rnn(x)[0]\n\n"
         "def lstm():\n"
         "    return M()\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
+
+
+def test_an_lstm_traces_with_the_flops_of_its_cpu_operator(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """nn.LSTM on CPU is one oneDNN operator per layer (aten.mkldnn_rnn_layer); it used to trace at 0 FLOPs."""
+    pytest.importorskip("torch")
+    from trainplan.estimate.torchjob import trace_torch_job
+
+    _lstm_factory(tmp_path, monkeypatch, "tp_cpu_lstm", inputs=16, hidden=32)
     job = parse_job({"kind": "torch", "model": "tp_cpu_lstm:lstm", "inputs": [{"shape": [10, 16]}], "micro_batch": 4,
                      "steps": 1, "precision": "fp32"})  # fmt: skip
     p = trace_torch_job(job)
@@ -476,18 +481,7 @@ def test_cpu_options_of_a_torch_job_use_a_trace_for_the_cpu_kernels(tmp_path: Pa
     from trainplan.estimate.trace.workspace import mkldnn_lstm_workspace_bytes
     from trainplan.planner.core import make_estimator
 
-    (tmp_path / "tp_cpu_lstm2.py").write_text(
-        "from torch import nn\n\n"
-        "class M(nn.Module):\n"
-        "    def __init__(self):\n"
-        "        super().__init__()\n"
-        "        self.rnn = nn.LSTM(64, 128, num_layers=2, batch_first=True)\n\n"
-        "    def forward(self, x):\n"
-        "        return self.rnn(x)[0]\n\n"
-        "def lstm():\n"
-        "    return M()\n"
-    )
-    monkeypatch.syspath_prepend(str(tmp_path))
+    _lstm_factory(tmp_path, monkeypatch, "tp_cpu_lstm2", inputs=64, hidden=128)
     job = parse_job({"kind": "torch", "model": "tp_cpu_lstm2:lstm", "inputs": [{"shape": [50, 64]}], "micro_batch": 16,
                      "steps": 1, "precision": "fp32"})  # fmt: skip
     cat = get_catalog()
