@@ -33,13 +33,13 @@ def matmul_efficiency(catalog: Catalog, accelerator_id: str, hidden: int) -> flo
     kernel-launch and memory-bound work: eff = mfu_large · h / (h + h_half).
     Both constants and their sources are in assumptions.yaml.
     """
-    table = catalog.assumptions.get("mfu_large", {}).get("by_accelerator", {})
-    large = float(table.get(accelerator_id, catalog.assumption("mfu_large")))
+    large = _by_accelerator(catalog, "mfu_large", accelerator_id)
     h_half = catalog.assumption("mfu_hidden_half")
     return large * hidden / (hidden + h_half)
 
 
 def _by_accelerator(catalog: Catalog, key: str, accelerator_id: str) -> float:
+    """An assumption's value for ``accelerator_id`` (its ``by_accelerator`` table), else its default."""
     table = catalog.assumptions.get(key, {}).get("by_accelerator", {}) or {}
     return float(table.get(accelerator_id, catalog.assumption(key)))
 

@@ -133,12 +133,11 @@ def _wrap_fsdp(model: torch.nn.Module, optimizer: OptimizerArg, placement: Place
     if precision is Precision.BF16_PURE:
         model = model.to(torch.bfloat16)
     mesh = init_device_mesh(device.type, (placement.world_size,))
-    # fsdp-grad-op keeps parameters gathered (ZeRO-2-like)
     mp = MixedPrecisionPolicy()
     if device.type == "cuda" and precision in (Precision.BF16, Precision.FP16):
         half = torch.bfloat16 if precision is Precision.BF16 else torch.float16
         mp = MixedPrecisionPolicy(param_dtype=half, reduce_dtype=torch.float32)
-    reshard = strategy in (Strategy.FSDP, Strategy.FSDP_OFFLOAD)
+    reshard = strategy in (Strategy.FSDP, Strategy.FSDP_OFFLOAD)  # fsdp-grad-op keeps parameters gathered (ZeRO-2-like)
     # pinned host buffers need an accelerator (torch: pin_memory() raises without one)
     offload = CPUOffloadPolicy(pin_memory=device.type == "cuda") if strategy is Strategy.FSDP_OFFLOAD else OffloadPolicy()
     for block in shard_blocks(model):
