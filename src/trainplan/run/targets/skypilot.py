@@ -189,17 +189,28 @@ def render(plan: LaunchPlan) -> Rendered:
         "run": _run(plan),
     }
     files = base_files(plan)
-    files[TASK] = (
+    files[TASK] = _task_text(plan, task, bucket)
+    return Rendered(plan.target, files, (_launch_command(plan, name),))
+
+
+def _task_text(plan: LaunchPlan, task: dict[str, object], bucket: str) -> str:
+    """task.yaml: a header saying what was rendered and where the checkpoints live, then the task."""
+    return (
         f"# Rendered by trainplan launch --to skypilot: {plan.name} on {plan.placement.label}, {plan.strategy.value}.\n"
         f"# The run directory {plan.config.out_dir} is in the bucket {bucket}: a recovered job resumes from its checkpoint.\n"
         + yaml.dump(task, Dumper=_Dumper, sort_keys=False)
     )
+
+
+def _launch_command(plan: LaunchPlan, name: str) -> Command:
+    """``sky launch`` of the task, or ``sky jobs launch`` on spot (a managed job: SkyPilot relaunches it after a
+    preemption)."""
     task_path = str(plan.path(TASK))
-    if plan.placement.spot:  # a managed job: SkyPilot relaunches it after a preemption
-        argv = ("sky", "jobs", "launch", "--name", name, "--yes", task_path)
+    if plan.placement.spot:
+        argv: tuple[str, ...] = ("sky", "jobs", "launch", "--name", name, "--yes", task_path)
     else:
         argv = ("sky", "launch", "--cluster", f"trainplan-{name}", "--yes", task_path)
-    return Rendered(plan.target, files, (Command(argv=argv, where="this machine (SkyPilot's client)"),))
+    return Command(argv=argv, where="this machine (SkyPilot's client)")
 
 
 def _render_tpu(plan: LaunchPlan) -> Rendered:
@@ -231,15 +242,6 @@ def _render_tpu(plan: LaunchPlan) -> Rendered:
         except OSError as exc:
             raise SpecError(f"cannot read {script}: {exc.strerror or exc}", field="--script") from None
         notes = (*notes, f"{script.name} is copied into the task's workdir; modules it imports from beside it are not")
-    files[TASK] = (
-        f"# Rendered by trainplan launch --to skypilot: {plan.name} on {plan.placement.label}, {plan.strategy.value}.\n"
-        f"# The run directory {plan.config.out_dir} is in the bucket {bucket}: a recovered job resumes from its checkpoint.\n"
-        + yaml.dump(task, Dumper=_Dumper, sort_keys=False)
-    )
-    task_path = str(plan.path(TASK))
-    if plan.placement.spot:
-        argv: tuple[str, ...] = ("sky", "jobs", "launch", "--name", name, "--yes", task_path)
-    else:
-        argv = ("sky", "launch", "--cluster", f"trainplan-{name}", "--yes", task_path)
-    return Rendered(plan.target, files, (Command(argv=argv, where="this machine (SkyPilot's client)"),), notes)
+    files[TASK] = _task_text(plan, task, bucket)
+    return Rendered(plan.target, files, (_launch_command(plan, name),), notes)
 
