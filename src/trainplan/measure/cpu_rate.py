@@ -72,6 +72,7 @@ def activation_rate_gb_s(*, channels: int = 64, side: int = 32, batch: int = 16,
               f"{torch.get_num_threads()} threads, best of {reps}")  # fmt: skip
     return Measurement(ACTIVATION_NAME, rate / 1e9, "GB/s", "cpu", method, time.perf_counter() - t0)
 
+
 def _reference_steps(torch: object) -> list[tuple[object, object, object]]:
     """The two reference steps: a dense network (3 × Linear 512, ReLU; batch 128) and a convolutional one
     (two conv 3×3 + BatchNorm + ReLU blocks, 32 and 64 channels, on 16 × 3 × 32 × 32), each with cross-entropy
