@@ -143,7 +143,9 @@ def estimate_panel(e: Estimate) -> Group:
     unit = "GPU" if e.hardware.accelerator else "machine"
     t.add_row(f"memory per {unit}", f"{m.peak / GIB:.2f} GiB of {e.capacity_gib:.1f} GiB (peak at {m.phase})")
     if e.hardware.accelerator is None and e.kind != "tabular" and m.context:  # CPUs (estimate/cpu.py)
-        t.add_row("  tensors + runtime", f"{m.allocated / GIB:.2f} GiB of tensors + {m.context / GIB:.2f} GiB CPU runtime (kernel libraries, imported modules)")
+        heap = f" + {m.fragmentation / GIB:.3f} GiB kept by glibc's heap" if m.fragmentation else ""
+        t.add_row("  tensors + runtime", f"{m.allocated / GIB:.2f} GiB of tensors{heap} + {m.context / GIB:.2f} GiB CPU "
+                  "runtime (kernel libraries, imported modules)")  # fmt: skip
     elif m.context or m.fragmentation:
         t.add_row("  allocated / reserved", f"{m.allocated / GIB:.2f} / {m.reserved / GIB:.2f} GiB "
                   f"({m.reserved_expandable / GIB:.2f} with expandable_segments) + context {m.context / GIB:.2f} GiB")

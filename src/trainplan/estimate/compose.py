@@ -104,7 +104,8 @@ def step_memory(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardwa
         grads_live_in_forward=(micro_steps > 1 or engine is Engine.DEEPSPEED) and not profile.memory.transient_gradients,
     )
     if hw.accelerator is None:  # CPUs: host RAM is the device memory (estimate/cpu.py)
-        return cpu_memory(mem, hw, catalog, hugging_face=isinstance(job, TransformerJob))
+        return cpu_memory(mem, hw, catalog, hugging_face=isinstance(job, TransformerJob),
+                          heap_retention=profile.memory.heap_retention_bytes)  # fmt: skip
     if profile.memory.reserve_bytes is not None:
         mem = simulated_reserve(mem, profile, catalog)
     if hw.accelerator.kind == "tpu":  # XLA's static buffer assignment, no CUDA context (estimate/tpu.py)
@@ -206,6 +207,7 @@ def compose(
             flops_executed=profile.flops.forward + profile.flops.backward + profile.flops.recompute,
             flops_model=profile.flops.model, activations=profile.memory.activations,
             trainable_params=profile.params.trainable, adafactor_elems_per_param=profile.params.factored_state_elems,
+            eager=profile.eager,
         )  # fmt: skip
         seconds, mfu, breakdown = st.seconds, st.mfu, st.breakdown
         if st.reason and rejection is None:

@@ -12,13 +12,26 @@ for such options; the GPU path never does.
   of the step are the profile's (weights, gradients, optimizer state, activations, temporaries); there is
   no CUDA context and no caching-allocator reserve.  What a CPU process adds instead is PyTorch's CPU
   runtime (the kernel libraries' code and buffers, faulted in by the first step): ``cpu_runtime_overhead_gib``
-  (assumptions.yaml, measured) or the probe's measurement of this machine.  The capacity is the machine's
-  RAM × ``host_ram_usable_fraction``.
+  (assumptions.yaml, measured) or the probe's measurement of this machine; and what glibc's heap keeps
+  resident beyond the live tensors once its dynamic mmap threshold has risen (``estimate/heap.py``, replayed
+  over the traced step repeated; only a trace for a CPU target has that sequence).  The capacity is the
+  machine's RAM × ``host_ram_usable_fraction``.
 * **Time** (:func:`cpu_step_time`): a roofline sum (Williams, Waterman & Patterson 2009, "Roofline: an
   insightful visual performance model", CACM 52(4)) of the step's matmul work at the cores' matmul rate and
-  its memory-bound work at the memory bandwidth::
+  its memory-bound work at the memory bandwidth, plus, for a traced step, what each operator costs an eager
+  step whatever its size (dispatch, autograd's bookkeeping, torch.optim's Python loop)::
 
-      t = micro-steps × (FLOPs / R + saved activations / A) + optimizer bytes / B
+      traced:   t = micro-steps × ((FLOPs − conv FLOPs) / R + conv FLOPs / (R × c) + op bytes / E + ops × o)
+                  + optimizer ops × o + optimizer op bytes / B
+      analytic: t = micro-steps × (FLOPs / R + saved activations / A) + optimizer bytes / B
+
+  ops, op bytes: the operators the trace dispatched and the bytes the memory-bound ones (no FLOP formula, not
+  views) read and write (``trace/flops.py``), forward + backward and in the optimizer step.  o: the per-operator
+  overhead the probe measures on tiny steps (``measure/cpu_rate.py: operator_overhead_us``; catalog CPUs:
+  ``cpu_operator_overhead_us``).  E: the element-wise rate A in bytes moved (A × ``cpu_operator_bytes_per_saved_byte``,
+  the same timing counted in the operators' bytes).  c: a convolution's rate over the GEMM rate, measured by the
+  probe on a small CNN's convolutions (``measure/cpu_rate.py: conv_efficiency``; catalog CPUs:
+  ``cpu_conv_efficiency``).
 
   R = cores × FLOPs/cycle/core × all-core clock × ``cpu_matmul_efficiency`` (cpus.csv, vendor ISA
   documents; see ``estimate/hardware.py: cpu_rates_from_spec``), or the matmul rate ``trainplan probe``
@@ -35,6 +48,7 @@ from __future__ import annotations
 from trainplan.catalog import Catalog
 from trainplan.estimate.hardware import CpuRates, Hardware
 from trainplan.estimate.memory import GIB, MemoryBreakdown
+from trainplan.estimate.profile import EagerOps
 from trainplan.estimate.result import Rejection, RejectKind
 from trainplan.estimate.steptime import StepTime, optimizer_bytes_touched
 from trainplan.spec import Method, Optimizer, Precision, TorchJob, TransformerJob
@@ -115,21 +129,25 @@ def cpu_runtime_overhead_bytes(hw: Hardware, catalog: Catalog, *, hugging_face: 
     return runtime + (catalog.assumption("cpu_transformers_import_gib") * GIB if hugging_face else 0.0)
 
 
-def cpu_memory(mem: MemoryBreakdown, hw: Hardware, catalog: Catalog, *, hugging_face: bool = False) -> MemoryBreakdown:
+def cpu_memory(mem: MemoryBreakdown, hw: Hardware, catalog: Catalog, *, hugging_face: bool = False,
+               heap_retention: float | None = None) -> MemoryBreakdown:  # fmt: skip
     """The step's peak on a CPU: the tensors of ``mem`` (the composer's GPU conventions) without the CUDA context
-    and the caching allocator's reserve, plus PyTorch's CPU runtime (reported as the context)."""
+    and the caching allocator's reserve, plus PyTorch's CPU runtime (reported as the context) and what glibc's heap
+    keeps beyond the live tensors, where a trace for a CPU target simulated it (``heap_retention``, estimate/heap.py;
+    reported as the fragmentation)."""
     runtime = cpu_runtime_overhead_bytes(hw, catalog, hugging_face=hugging_face)
+    kept = heap_retention or 0.0
     tensors_overhead = mem.overhead - mem.context - mem.fragmentation
     return MemoryBreakdown(
         weights=mem.weights,
         gradients=mem.gradients,
         optimizer=mem.optimizer,
         activations=mem.activations,
-        overhead=tensors_overhead + runtime,
+        overhead=tensors_overhead + runtime + kept,
         host=0.0,
         phase=mem.phase,
         context=runtime,
-        fragmentation=0.0,
+        fragmentation=kept,
         expandable_slack=0.0,
     )
 
@@ -184,12 +202,17 @@ def cpu_step_time(
     activations: float,  # saved activations of one micro-step, bytes
     trainable_params: float,
     adafactor_elems_per_param: float = 0.0,
+    eager: EagerOps | None = None,
 ) -> StepTime:
     """Seconds per optimizer step on ``hw``'s cores (formula and sources in the module docstring).
 
-    The breakdown names each term: ``compute_s`` (matmul FLOPs / R), ``memory_s`` (saved activations / A, the
-    element-wise layers), ``optimizer_s`` (bytes the optimizer step reads and writes / B,
-    ``steptime.optimizer_bytes_touched``).
+    The breakdown names each term: ``compute_s`` (matmul FLOPs / R; a traced step's convolution FLOPs / (R × the
+    convolution efficiency)), ``memory_s`` (the element-wise work),
+    ``optimizer_s`` (the optimizer step's bytes / B) and, for a traced step (``eager``), ``dispatch_s``
+    (operators × the per-operator overhead).  With ``eager`` the element-wise work is the bytes the step's
+    memory-bound operators read and write at their byte rate, and the optimizer's bytes are the ones its
+    traced operators move (torch.optim's per-parameter loop); without it, saved activations / A and
+    ``steptime.optimizer_bytes_touched``.
     """
     rates = hw.cpu
     if rates is None:
@@ -199,12 +222,17 @@ def cpu_step_time(
     bw, act = rates.mem_bw_bytes_s, rates.activation_bytes_s
     if rate <= 0 or bw <= 0 or act <= 0:
         return StepTime(float("inf"), None, {}, f"no {dtype} matmul rate or memory bandwidth for {_cpu_name(hw)}")
-    compute = micro_steps * flops_executed / rate
-    memory = micro_steps * activations / act
-    touched = optimizer_bytes_touched(trainable_params, optimizer, precision, strategy,
-                                      adafactor_elems_per_param=adafactor_elems_per_param)  # fmt: skip
-    opt = touched / bw
-    total = compute + memory + opt
+    conv = eager.conv_flops if eager is not None else 0.0
+    terms = {"compute_s": micro_steps * ((flops_executed - conv) / rate + conv / (rate * rates.conv_efficiency))}
+    if eager is not None and rates.operator_bytes_s > 0:
+        terms["memory_s"] = micro_steps * eager.memory_bytes / rates.operator_bytes_s
+        terms["dispatch_s"] = (micro_steps * eager.ops + eager.optimizer_ops) * rates.operator_overhead_s
+        terms["optimizer_s"] = eager.optimizer_memory_bytes / bw
+    else:
+        terms["memory_s"] = micro_steps * activations / act
+        terms["optimizer_s"] = optimizer_bytes_touched(trainable_params, optimizer, precision, strategy,
+                                                       adafactor_elems_per_param=adafactor_elems_per_param) / bw  # fmt: skip
+    total = sum(terms.values())
     peak = rates.peak_rate(dtype) or rate
     mfu = micro_steps * flops_model / (total * peak) if total > 0 else None
-    return StepTime(total, mfu, {"compute_s": compute, "memory_s": memory, "optimizer_s": opt}, None)
+    return StepTime(total, mfu, terms, None)

@@ -27,6 +27,9 @@ class CpuRates:
     source: str
     measured: bool = False
     runtime_overhead_bytes: float | None = None  # measured on this machine; None: the catalog default
+    operator_overhead_s: float = 0.0  # seconds an eager step spends per operator dispatched, whatever its size
+    operator_bytes_s: float = 0.0  # bytes per second the memory-bound operators read + write (0: not known)
+    conv_efficiency: float = 1.0  # a convolution's FLOP rate over the matmul rate
 
     def rate(self, dtype: str) -> float | None:
         """Achieved matmul FLOP/s for ``dtype``; None when the cores have no units for it."""
@@ -50,7 +53,10 @@ def cpu_rates_from_spec(cpu: Cpu, vcpus: float, catalog: Catalog) -> CpuRates:
     bandwidth = the socket's DRAM bandwidth × the option's share of the socket's cores (a VM gets the
     channels of the cores it holds; several sockets when it holds more cores than one socket has).
     Element-wise rate = ``cpu_activation_gb_s_per_core`` (measured on a reference core) × cores × the clock and
-    vector-width ratios to that core, at most the bandwidth.
+    vector-width ratios to that core, at most the bandwidth; the memory-bound operators' byte rate is that rate ×
+    ``cpu_operator_bytes_per_saved_byte`` (:func:`operator_rates`).  Per-operator overhead =
+    ``cpu_operator_overhead_us`` (measured on a reference core) × the reference clock / this CPU's clock.
+    Convolutions run at ``cpu_conv_efficiency`` × the matmul rate (measured on a reference core).
     """
     cores = physical_cpu_cores(vcpus, cpu)
     eff = catalog.assumption("cpu_matmul_efficiency")
@@ -59,14 +65,27 @@ def cpu_rates_from_spec(cpu: Cpu, vcpus: float, catalog: Catalog) -> CpuRates:
     act = catalog.assumptions["cpu_activation_gb_s_per_core"]
     per_core = (float(act["value"]) * 1e9 * cpu.all_core_ghz / float(act["ref_all_core_ghz"])
                 * cpu.fp32_flops_per_cycle_per_core / float(act["ref_fp32_flops_per_cycle"]))  # fmt: skip
+    activation = min(bw, per_core * cores)
+    op = catalog.assumptions["cpu_operator_overhead_us"]
     return CpuRates(
         matmul=tuple((dt, f * eff) for dt, f in peak),
         peak=peak,
         mem_bw_bytes_s=bw,
-        activation_bytes_s=min(bw, per_core * cores),
+        activation_bytes_s=activation,
         cores=cores,
         source=f"{cpu.model}: cpus.csv spec ({cpu.as_of}) x default efficiency {eff:g}",
+        conv_efficiency=catalog.assumption("cpu_conv_efficiency"),
+        **operator_rates(activation, float(op["value"]) * float(op["ref_all_core_ghz"]) / cpu.all_core_ghz, catalog),
     )
+
+
+def operator_rates(activation_bytes_s: float, operator_overhead_us: float, catalog: Catalog) -> dict[str, float]:
+    """The CPU time model's per-operator figures (``estimate/cpu.py``): the overhead in seconds, and the byte rate of
+    the memory-bound operators, which is the element-wise rate (saved bytes per second of the reference norm +
+    nonlinearity pairs, ``measure/cpu_rate.py``) × the bytes those pairs' operators read and write per byte they save
+    (``cpu_operator_bytes_per_saved_byte``, counted by the trace's operator tally): the same timing, in bytes moved."""
+    ratio = catalog.assumption("cpu_operator_bytes_per_saved_byte")
+    return {"operator_overhead_s": operator_overhead_us * 1e-6, "operator_bytes_s": activation_bytes_s * ratio}
 
 
 def _spec_rates(cpu_model: str, vcpus: float, catalog: Catalog) -> CpuRates | None:

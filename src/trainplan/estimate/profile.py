@@ -65,6 +65,22 @@ class StepMemory:
     reserve_bytes: float | None = None
     expandable_reserve_bytes: float | None = None
     single_device_peak: float | None = None  # the traced allocated peak those bytes belong to
+    # on CPUs: what glibc's heap keeps resident beyond the live tensors (a trace for a CPU target: estimate/heap.py
+    # over the traced step repeated); None: not simulated
+    heap_retention_bytes: float | None = None
+
+
+@dataclass(frozen=True)
+class EagerOps:
+    """What an eager step dispatches, from a trace (``trace/flops.py``): operators, and the bytes the memory-bound
+    ones (no FLOP formula, not views) read and write; per micro-step (forward + backward) and per optimizer step;
+    and the convolutions' share of the micro-step's FLOPs."""
+
+    ops: float
+    memory_bytes: float
+    optimizer_ops: float
+    optimizer_memory_bytes: float
+    conv_flops: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -82,6 +98,7 @@ class StepProfile:
     engines: tuple[Engine, ...] = (Engine.TORCH, Engine.FSDP, Engine.DEEPSPEED)  # what the job's stack can run on
     stack: str = "plain"
     trace: dict[str, Any] | None = field(default=None, compare=False)  # the traced single-device step, for reports
+    eager: EagerOps | None = None  # a traced profile's operators (the CPU time model prices them); None: analytic
 
     # Names the tests and reports know from the trace result.
     @property

@@ -16,7 +16,7 @@ from trainplan.estimate import architecture as arch_mod
 from trainplan.estimate.compose import compose
 from trainplan.estimate.compute import StepFlops
 from trainplan.estimate.memory import GIB, weight_bytes_per_param
-from trainplan.estimate.profile import Params, ProfileSource, StepMemory, StepProfile
+from trainplan.estimate.profile import EagerOps, Params, ProfileSource, StepMemory, StepProfile
 from trainplan.estimate.result import Estimate, Hardware
 from trainplan.estimate.stack import Knobs, effective_knobs
 from trainplan.model import ModelArch, UnsupportedArchitecture, hf_config
@@ -92,6 +92,8 @@ def profile_from_trace(job: TorchJob | TransformerJob, result: Any, largest: int
         },
         "notes": list(result.notes),
     }
+    if getattr(result, "heap_retention_bytes", None) is not None:  # a trace for a CPU target (estimate/heap.py)
+        summary["heap_retention_gib"] = result.heap_retention_bytes / GIB
     return StepProfile(
         source=ProfileSource.TRACE,
         params=Params(
@@ -114,6 +116,7 @@ def profile_from_trace(job: TorchJob | TransformerJob, result: Any, largest: int
             reserve_bytes=getattr(result, "reserve_bytes", None),
             expandable_reserve_bytes=getattr(result, "expandable_reserve_bytes", None),
             single_device_peak=float(result.peak_bytes),
+            heap_retention_bytes=getattr(result, "heap_retention_bytes", None),
         ),
         items_per_sample=tokens,
         throughput_unit="tokens_per_s" if isinstance(job, TransformerJob) else "samples_per_s",
@@ -124,6 +127,11 @@ def profile_from_trace(job: TorchJob | TransformerJob, result: Any, largest: int
         engines=k.engines,
         stack=k.stack.value,
         trace=summary,
+        eager=EagerOps(ops=float(result.ops_step), memory_bytes=float(result.memory_bytes_step),
+                       optimizer_ops=float(result.ops_optimizer),
+                       optimizer_memory_bytes=float(result.memory_bytes_optimizer),
+                       conv_flops=float(getattr(result, "conv_flops_step", 0)))
+        if getattr(result, "ops_step", 0) else None,  # fmt: skip
     )
 
 

@@ -34,6 +34,8 @@ from trainplan.measure.microbench import Measurement
 NAME = "cpu_runtime_overhead"
 ACTIVATION_NAME = "activation_rate"
 SCALING_NAME = "cpu_step_scaling"
+OPERATOR_NAME = "cpu_operator_overhead"
+CONV_NAME = "cpu_conv_efficiency"
 MATMUL_ONE_THREAD_NAME = "matmul_fp32_1thread"
 
 
@@ -58,7 +60,7 @@ def activation_rate_gb_s(*, channels: int = 64, side: int = 32, batch: int = 16,
     g = torch.randn(batch, channels, side, side)
     cnn = nn.Sequential(nn.BatchNorm2d(channels), nn.ReLU())
     mlp = nn.Sequential(nn.LayerNorm(side), nn.GELU())
-    saved = 2 * 2 * x.numel() * x.element_size()
+    saved = 2 * 2 * x.numel() * x.element_size()  # the saved bytes; bytes_per_saved_byte() counts the bytes moved
 
     def once() -> float:
         s = time.perf_counter()
@@ -71,6 +73,115 @@ def activation_rate_gb_s(*, channels: int = 64, side: int = 32, batch: int = 16,
     method = (f"BatchNorm2d+ReLU and LayerNorm+GELU forward+backward on {batch}x{channels}x{side}x{side} fp32, "
               f"{torch.get_num_threads()} threads, best of {reps}")  # fmt: skip
     return Measurement(ACTIVATION_NAME, rate / 1e9, "GB/s", "cpu", method, time.perf_counter() - t0)
+
+
+def bytes_per_saved_byte(*, channels: int = 64, side: int = 32, batch: int = 16) -> float:
+    """Bytes the operators of :func:`activation_rate_gb_s`'s pairs read and write, forward + backward, per byte they
+    save: counted with the trace's operator tally (``estimate/trace/flops.py``) on the same shapes.  The element-wise
+    rate × this is the rate at which a step's memory-bound operators move bytes (``estimate/hardware.py``)."""
+    import torch
+
+    from trainplan.estimate.trace.flops import FlopTally
+
+    nn = torch.nn
+    x = torch.randn(batch, channels, side, side, requires_grad=True)
+    g = torch.randn(batch, channels, side, side)
+    tally = FlopTally()
+    with tally:
+        for block in (nn.Sequential(nn.BatchNorm2d(channels), nn.ReLU()), nn.Sequential(nn.LayerNorm(side), nn.GELU())):
+            block(x).backward(g)
+    return tally.memory_bytes / (2 * 2 * x.numel() * x.element_size())
+
+
+def operator_overhead_us(*, reps: int = 200) -> Measurement:
+    """Microseconds an eager training step spends per operator when the operators do almost no work.
+
+    Two tiny steps, one dense (6 × Linear 8→8 + ReLU, batch 2) and one convolutional (Conv2d 3→4 + BatchNorm +
+    ReLU + max-pool + Linear, batch 2 × 3 × 8 × 8), each forward + cross-entropy + backward + AdamW step: their
+    fastest times over ``reps`` steps, summed, over the operators the trace's tally counts in one step of each
+    (``estimate/trace/flops.py``).  What is left is dispatch, autograd's bookkeeping and torch.optim's Python loop:
+    what every operator of a real step costs on top of its arithmetic (``estimate/cpu.py``).  torch's threads.
+    """
+    t0 = time.perf_counter()
+    try:
+        import torch
+    except ImportError:
+        return Measurement(OPERATOR_NAME, None, "us", "cpu", "", note="needs torch")
+    from trainplan.estimate.trace.flops import FlopTally
+
+    nn = torch.nn
+    dense = nn.Sequential(*[m for _ in range(6) for m in (nn.Linear(8, 8), nn.ReLU())])
+    conv = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                         nn.Linear(4 * 4 * 4, 8))  # fmt: skip
+    steps = [(dense, torch.randn(2, 8)), (conv, torch.randn(2, 3, 8, 8))]
+    target = torch.tensor([1, 2])
+    opts = [torch.optim.AdamW(model.parameters()) for model, _ in steps]
+
+    def once(i: int) -> float:
+        (model, x), opt = steps[i], opts[i]
+        s = time.perf_counter()
+        torch.nn.functional.cross_entropy(model(x), target).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return time.perf_counter() - s
+
+    for i in range(len(steps)):  # warm-up: optimizer state, kernel selection
+        once(i)
+        once(i)
+    tally = FlopTally()
+    with tally:
+        for i in range(len(steps)):
+            once(i)
+    best = sum(min(once(i) for _ in range(reps)) for i in range(len(steps)))
+    method = (f"tiny dense and conv training steps (AdamW), {torch.get_num_threads()} threads: best "
+              f"{best * 1e6:.0f} us for {tally.ops} operators")  # fmt: skip
+    return Measurement(OPERATOR_NAME, best * 1e6 / tally.ops, "us", "cpu", method, time.perf_counter() - t0)
+
+
+def conv_efficiency(*, rounds: int = 5, reps: int = 3) -> Measurement:
+    """A small CNN's convolutions, forward + backward, as a fraction of the 1024³ fp32 GEMM's rate.
+
+    The convolutions of the convolutional reference step (:func:`_reference_steps`: 3→32 channels on 32 × 32 and
+    32→64 on 16 × 16, 3 × 3, batch 16) and the GEMM alternate over ``rounds`` rounds (load from other processes falls
+    on both alike), best of ``reps`` each; FLOPs by the trace's tally (``estimate/trace/flops.py``: PyTorch's
+    convolution formulas, the backward twice the forward).  torch's threads.  oneDNN's direct convolutions on these
+    shapes (few channels, small images) reach about half the GEMM rate (docs/benchmarks.md).
+    """
+    t0 = time.perf_counter()
+    try:
+        import torch
+    except ImportError:
+        return Measurement(CONV_NAME, None, "x", "cpu", "", note="needs torch")
+    from trainplan.estimate.trace.flops import FlopTally
+
+    nn = torch.nn
+    layers = [(nn.Conv2d(3, 32, 3, padding=1), torch.randn(16, 3, 32, 32, requires_grad=True)),
+              (nn.Conv2d(32, 64, 3, padding=1), torch.randn(16, 32, 16, 16, requires_grad=True))]  # fmt: skip
+    grads = [torch.randn(16, 32, 32, 32), torch.randn(16, 64, 16, 16)]
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+
+    def convs() -> None:
+        for (conv, x), g in zip(layers, grads):
+            conv(x).backward(g)
+
+    def timed(fn: object) -> float:
+        s = time.perf_counter()
+        fn()  # type: ignore[operator]
+        return time.perf_counter() - s
+
+    tally = FlopTally()
+    with tally:
+        convs()
+    gemm_flops = 2 * 1024**3
+    best_conv = best_gemm = float("inf")
+    for _ in range(rounds):
+        best_conv = min(best_conv, *(timed(convs) for _ in range(reps)))
+        best_gemm = min(best_gemm, *(timed(lambda: a @ b) for _ in range(reps)))
+    conv_rate, gemm_rate = tally.total / best_conv, gemm_flops / best_gemm
+    method = (f"conv 3->32 on 32x32 and 32->64 on 16x16 (3x3, batch 16) forward+backward {conv_rate / 1e9:.0f} GFLOP/s "
+              f"vs 1024^3 fp32 GEMM {gemm_rate / 1e9:.0f} GFLOP/s, {torch.get_num_threads()} threads, best of "
+              f"{rounds}x{reps}")  # fmt: skip
+    return Measurement(CONV_NAME, conv_rate / gemm_rate, "x", "cpu", method, time.perf_counter() - t0)
 
 
 def _reference_steps(torch: object) -> list[tuple[object, object, object]]:

@@ -376,6 +376,8 @@ def plan_benchmarks(*, cuda_devices: int = 0, bf16: bool | None = None, torch_in
         out.append(Bench("training-step thread scaling (CPU)",
                          lambda: cpu_rate.step_thread_scaling(rounds=1 if quick else 5, reps=1 if quick else 3)))  # fmt: skip
         out.append(Bench("element-wise layers (CPU)", lambda: cpu_rate.activation_rate_gb_s(budget_s=b / 1.5)))
+        out.append(Bench("per-operator overhead (CPU)", lambda: cpu_rate.operator_overhead_us(reps=20 if quick else 200)))
+        out.append(Bench("convolutions vs GEMM (CPU)", lambda: cpu_rate.conv_efficiency(rounds=1 if quick else 5)))
         out.append(Bench("PyTorch CPU runtime (fresh process)", lambda: cpu_rate.runtime_overhead_gib()))
     if cuda_devices:
         dtypes = ["fp32", "tf32", "fp16"] + (["bf16"] if bf16 else [])

@@ -54,7 +54,13 @@ def _scaled(profile: StepProfile, factor: float) -> StepProfile:
         profile,
         flops=replace(f, forward=f.forward * factor, backward=f.backward * factor, recompute=f.recompute * factor,
                       causal_skipped=f.causal_skipped * factor),  # fmt: skip
-        memory=replace(profile.memory, activations=profile.memory.activations * factor),
+        # glibc's heap keeps freed activations and temporaries (estimate/heap.py): it grows with them
+        memory=replace(profile.memory, activations=profile.memory.activations * factor,
+                       heap_retention_bytes=None if (kept := profile.memory.heap_retention_bytes) is None
+                       else kept * factor),  # fmt: skip
+        # the memory-bound operators move bytes per sample; their count and the optimizer's do not change
+        eager=None if profile.eager is None else replace(profile.eager, memory_bytes=profile.eager.memory_bytes * factor,
+                                                         conv_flops=profile.eager.conv_flops * factor),  # fmt: skip
     )
 
 

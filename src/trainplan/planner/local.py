@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from trainplan.catalog import Catalog, find_accelerator, get_catalog
-from trainplan.estimate.hardware import CpuRates, hardware_for_cpus, hardware_for_gpu
+from trainplan.estimate.hardware import CpuRates, hardware_for_cpus, hardware_for_gpu, operator_rates
 from trainplan.estimate.memory import GIB
 from trainplan.estimate.result import Hardware, RejectKind
 from trainplan.spec import Job, KerasJob, Precision, TabularJob
@@ -57,6 +57,10 @@ def measured_cpu_rates(profile: "HardwareProfile", vcpus: int | None = None) -> 
       a one-core probe): the t-thread GEMM × n/t, as before.
     * **Element-wise rate**: the probe's at t threads, × Amdahl(n, p) / Amdahl(t, p) (× n/t without p).
     * **Copy bandwidth**: × n/t (each vCPU's share of the memory channels, the rule the catalog's spec follows).
+    * **Per-operator overhead**: the probe's ``cpu_operator_overhead`` (dispatch runs on one core: not scaled),
+      else the catalog's reference figure; the memory-bound operators' byte rate follows the element-wise rate
+      (``estimate/hardware.py: operator_rates``); convolutions run at the probe's ``cpu_conv_efficiency`` × the
+      matmul rate (else the catalog's reference figure).
     * **Peak** (the MFU denominator): the t-thread GEMM × n/t.
 
     The runtime overhead is the probe's ``cpu_runtime_overhead`` when it measured one.  None without a measured
@@ -82,8 +86,12 @@ def measured_cpu_rates(profile: "HardwareProfile", vcpus: int | None = None) -> 
     else:
         matmul, act_scale = list(peak), scale
     overhead = profile.figure("cpu_runtime_overhead")
+    catalog = get_catalog()
     act = profile.figure("activation_rate")  # GB/s; without it the catalog's per-core figure × threads
-    act_t = act * 1e9 if act else get_catalog().assumption("cpu_activation_gb_s_per_core") * 1e9 * threads
+    act_t = act * 1e9 if act else catalog.assumption("cpu_activation_gb_s_per_core") * 1e9 * threads
+    op_us = profile.figure("cpu_operator_overhead")  # µs; without it the catalog's reference figure
+    op_us = op_us or catalog.assumption("cpu_operator_overhead_us")
+    conv = profile.figure("cpu_conv_efficiency") or catalog.assumption("cpu_conv_efficiency")
     scaled = f", scaled to {vcpus} vCPUs" if vcpus and vcpus != threads else ""
     rates = ", ".join(f"{dt} {r / 1e9:,.0f} GFLOP/s" for dt, r in matmul)
     scaling = (f"; a training step on {n:g} threads: 1-thread GEMM {one_thread * 1e3:.1f} GFLOP/s × Amdahl speedup "
@@ -97,10 +105,12 @@ def measured_cpu_rates(profile: "HardwareProfile", vcpus: int | None = None) -> 
         cores=n,
         source=(f"{profile.machine.get('cpu_model') or 'this CPU'}: measured by trainplan probe on {profile.host}, "
                 f"{profile.date} ({threads} threads: GEMM {fp32 * 1e3:,.0f} GFLOP/s, copy {bw:.1f} GB/s, element-wise "
-                f"{act_t / 1e9:.2f} GB/s{'' if act else ' (catalog per-core figure)'}{scaled}; matmul {rates}"
-                f"{scaling})"),  # fmt: skip
+                f"{act_t / 1e9:.2f} GB/s{'' if act else ' (catalog per-core figure)'}, {op_us:.1f} us per operator, "
+                f"convolutions at {conv:.2f} x the GEMM rate{scaled}; matmul {rates}{scaling})"),  # fmt: skip
         measured=True,
         runtime_overhead_bytes=overhead * GIB if overhead else None,
+        conv_efficiency=conv,
+        **operator_rates(act_t * act_scale, op_us, catalog),
     )
 
 

@@ -1,9 +1,15 @@
-"""FLOPs of the traced step, with the formulas of ``torch.utils.flop_counter``.
+"""FLOPs of the traced step, with the formulas of ``torch.utils.flop_counter``, and its operators.
 
 :class:`FlopTally` sums the FLOPs of every operator with ``FlopCounterMode``'s
 formula table plus :data:`EXTRA_FLOP_FORMULAS`; the tracer reads its total at
 phase boundaries (forward, backward) and while recomputing (see
-:class:`~trainplan.estimate.trace.checkpointing.RecomputeProbe`).  A formula
+:class:`~trainplan.estimate.trace.checkpointing.RecomputeProbe`).  It also counts
+the operators dispatched (each costs an eager step its dispatch, whatever its
+size) and the bytes the *memory-bound* ones read and write: every operator
+without a FLOP formula that is not a view (a view moves no data), its tensor
+inputs plus its tensor outputs.  ``prim`` operators (metadata queries such as
+``prim.device``) run no kernel and are not counted.  The CPU time model (``estimate/cpu.py``) prices
+both.  A formula
 for an operator PyTorch does not count goes into :data:`EXTRA_FLOP_FORMULAS`
 (or into PyTorch's own table with ``torch.utils.flop_counter.register_flop_formula``).
 """
@@ -17,13 +23,14 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import (
     FlopCounterMode,
     sdpa_backward_flop_count,
     sdpa_flop_count,
 )
 
-__all__ = ["EXTRA_FLOP_FORMULAS", "FlopTally"]
+__all__ = ["CONVOLUTIONS", "EXTRA_FLOP_FORMULAS", "FlopTally"]
 
 _aten = torch.ops.aten
 
@@ -79,6 +86,12 @@ def _extra_flop_formulas() -> dict[Any, Callable[..., int]]:
     return formulas
 
 
+# The convolution operators of the formula table: a CPU runs them at a rate of their own (estimate/cpu.py).
+CONVOLUTIONS = frozenset(
+    getattr(_aten, name) for name in ("convolution", "_convolution", "convolution_backward", "_slow_conv2d_forward")
+    if hasattr(_aten, name)
+)
+
 # Operator overload packet -> FLOP formula (shapes in, FLOPs out); built once, read-only.
 EXTRA_FLOP_FORMULAS: Mapping[Any, Callable[..., int]] = MappingProxyType(_extra_flop_formulas())
 
@@ -99,6 +112,9 @@ class FlopTally(TorchDispatchMode):
         super().__init__()
         self.registry = FlopCounterMode(display=False, custom_mapping=dict(EXTRA_FLOP_FORMULAS)).flop_registry
         self.total = 0
+        self.ops = 0  # operators dispatched
+        self.memory_bytes = 0  # bytes read + written by the memory-bound operators
+        self.conv_flops = 0  # the FLOPs of convolutions (forward and backward), part of ``total``
 
     def get_total_flops(self) -> int:
         return self.total
@@ -106,7 +122,19 @@ class FlopTally(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
+        if func.namespace == "prim":  # metadata queries (prim.device ...): no kernel runs
+            return out
+        self.ops += 1
         formula = self.registry.get(func._overloadpacket)
         if formula is not None:
-            self.total += int(formula(*args, **kwargs, out_val=out))
+            flops = int(formula(*args, **kwargs, out_val=out))
+            self.total += flops
+            if func._overloadpacket in CONVOLUTIONS:
+                self.conv_flops += flops
+        elif not func.is_view:
+            self.memory_bytes += _tensor_bytes((args, kwargs)) + _tensor_bytes(out)
         return out
+
+
+def _tensor_bytes(tree: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in tree_leaves(tree) if isinstance(t, torch.Tensor))

@@ -50,6 +50,7 @@ __all__ = [
     "StorageTimeline",
     "WorkspaceModel",
     "replay",
+    "training_loop_events",
 ]
 
 # The CUDA caching allocator rounds every block up to a multiple of 512 bytes
@@ -252,3 +253,45 @@ def replay(timeline: StorageTimeline, categories: dict[int, Category]) -> Replay
         optimizer_temporary_bytes=opt_temp_peak,
         phase_peaks=phase_peaks,
     )
+
+
+def training_loop_events(timeline: StorageTimeline, categories: dict[int, Category], *,
+                         steps: int = 3) -> list[tuple[int, int]]:  # fmt: skip
+    """The traced step as a training loop repeats it, as (key, ±bytes) events in the process's order.
+
+    The parameters are allocated first (the model is built after the run starts measuring), the optimizer
+    state when the first step's optimizer phase begins (``torch.optim`` creates it lazily), a new batch at the
+    start of every step (the previous one freed once the new one exists), then the step's own events; what the
+    step leaves alive (the gradients) is freed when the next step begins (``zero_grad(set_to_none=True)``).
+    Each step's storages get keys of their own.  ``estimate/heap.py`` replays this for a CPU process.
+    """
+    n = len(timeline.storages)
+    pre = [k for k, s in enumerate(timeline.storages) if s.preexisting and s.nbytes]
+    params = [k for k in pre if categories.get(k) is Category.PARAMETERS]
+    state = [k for k in pre if categories.get(k) is Category.OPTIMIZER]
+    batch = [k for k in pre if k not in params and k not in state]
+    size = {k: timeline.storages[k].nbytes for k in pre}
+    optimizer = _PHASES.index(Phase.OPTIMIZER)
+    events = [(k, size[k]) for k in params]
+    carried: list[tuple[int, int]] = []  # (key, bytes) alive at the end of the previous step
+    for step in range(steps):
+        offset = (step + 1) * n
+        events += [(offset + k, size[k]) for k in batch]
+        events += [(key, -nbytes) for key, nbytes in carried]
+        alive = {offset + k: size[k] for k in batch}
+        state_pending = step == 0
+        for key, delta, phase in timeline.events:
+            if timeline.storages[key].preexisting:
+                continue
+            if state_pending and phase == optimizer:
+                events += [(k, size[k]) for k in state]
+                state_pending = False
+            if delta > 0:
+                alive[offset + key] = delta
+                events.append((offset + key, delta))
+            elif offset + key in alive:
+                events.append((offset + key, -alive.pop(offset + key)))
+        if state_pending:  # a step whose optimizer phase allocated nothing
+            events += [(k, size[k]) for k in state]
+        carried = list(alive.items())
+    return events

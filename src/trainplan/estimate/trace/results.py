@@ -42,6 +42,16 @@ class TraceResult:
     expandable_reserve_fraction: float = 0.0  # the same with expandable_segments
     reserve_bytes: int = 0  # reserved beyond allocated at the simulated peaks, in bytes
     expandable_reserve_bytes: int = 0
+    # a CPU target: resident beyond live bytes when the step repeats through glibc's malloc (estimate/heap.py);
+    # None for a CUDA target
+    heap_retention_bytes: int | None = None
+    # operators dispatched and bytes the memory-bound ones read and write (trace/flops.py): forward + backward
+    # (recomputation included), and the optimizer step
+    ops_step: int = 0
+    memory_bytes_step: int = 0
+    ops_optimizer: int = 0
+    memory_bytes_optimizer: int = 0
+    conv_flops_step: int = 0  # the convolutions' share of the step's FLOPs (forward + backward + recompute)
 
     @property
     def flops_per_step(self) -> float:

@@ -16,9 +16,10 @@ from torch import nn
 from torch.optim import Optimizer as TorchOptimizer
 
 from trainplan.estimate.allocator import replay_events
+from trainplan.estimate.heap import replay_heap
 from trainplan.estimate.trace.fake import model_tensors
 from trainplan.estimate.trace.lora import QLORA_NOTE, qlora_bytes
-from trainplan.estimate.trace.memory import Category, Phase, StorageTimeline, replay
+from trainplan.estimate.trace.memory import Category, Phase, StorageTimeline, replay, training_loop_events
 from trainplan.estimate.trace.optimizers import ADAM8BIT_NOTE, optimizer_tensors
 from trainplan.estimate.trace.prepare import PreparedModel
 from trainplan.estimate.trace.results import MemoryBreakdown, TraceResult
@@ -62,6 +63,8 @@ def summarise(
     events = [(key, delta) for key, delta, _ in timeline.events]
     cached = replay_events(events)
     expandable = replay_events(events, expandable_segments=True)
+    # on a CPU: the training loop's allocations through glibc's malloc, what its heap keeps (estimate/heap.py)
+    heap = None if on_cuda else replay_heap(training_loop_events(timeline, categories)).retained
     return TraceResult(
         params=sum(p.numel() for p in params),
         trainable_params=sum(p.numel() for p in params if p.requires_grad),
@@ -79,6 +82,12 @@ def summarise(
         expandable_reserve_fraction=expandable.fragmentation,
         reserve_bytes=cached.reserved - cached.allocated,
         expandable_reserve_bytes=expandable.reserved - expandable.allocated,
+        heap_retention_bytes=heap,
+        ops_step=watch.ops[Phase.FORWARD] + watch.ops[Phase.BACKWARD],
+        memory_bytes_step=watch.memory_bytes[Phase.FORWARD] + watch.memory_bytes[Phase.BACKWARD],
+        ops_optimizer=watch.ops[Phase.OPTIMIZER],
+        memory_bytes_optimizer=watch.memory_bytes[Phase.OPTIMIZER],
+        conv_flops_step=watch.counter.conv_flops,
     )
 
 

@@ -29,20 +29,26 @@ __all__ = ["StepWatch", "watching"]
 
 @dataclass
 class StepWatch:
-    """Memory timeline, FLOP tally, recomputation probe, and the FLOPs counted in each phase."""
+    """Memory timeline, FLOP tally, recomputation probe, and the FLOPs, operators and memory-bound bytes counted in
+    each phase."""
 
     timeline: StorageTimeline
     counter: FlopTally
     probe: RecomputeProbe
     flops: dict[Phase, int] = field(default_factory=dict)
+    ops: dict[Phase, int] = field(default_factory=dict)
+    memory_bytes: dict[Phase, int] = field(default_factory=dict)
 
     @contextlib.contextmanager
     def phase(self, phase: Phase) -> Iterator[None]:
-        """Book allocations, frees and FLOPs to ``phase`` (frees stay in it until the next phase begins)."""
+        """Book allocations, frees, FLOPs and operators to ``phase`` (frees stay in it until the next phase begins)."""
         self.timeline.phase = phase
-        start = self.counter.get_total_flops()
+        c = self.counter
+        start = (c.get_total_flops(), c.ops, c.memory_bytes)
         yield
-        self.flops[phase] = self.counter.get_total_flops() - start
+        self.flops[phase] = c.get_total_flops() - start[0]
+        self.ops[phase] = c.ops - start[1]
+        self.memory_bytes[phase] = c.memory_bytes - start[2]
 
 
 @contextlib.contextmanager
