@@ -117,6 +117,9 @@ def test_a_small_torch_job_fits_on_two_vcpus_in_host_ram_without_cuda_overhead(m
     assert m["peak_gib"] == pytest.approx(m["reserved_gib"] + m["context_gib"])
     # a traced step: its operators' dispatch is a term of its own
     assert e["step_time_s"] > 0 and set(e["time_breakdown_s"]) == {"compute_s", "memory_s", "dispatch_s", "optimizer_s"}
+    # the verdict's band is the one measured for CPUs (host RAM against trainplan run's peak RSS), not a GPU band
+    assert e["memory_verdict"]["band"] == cat.assumption("memory_error_band_cpu")
+    assert e["memory_verdict"]["band"] != cat.assumption("memory_error_band_trace")
 
 
 def test_a_7b_transformer_is_rejected_on_a_cpu_box_for_host_memory() -> None:
@@ -131,6 +134,8 @@ def test_a_7b_transformer_is_rejected_on_a_cpu_box_for_host_memory() -> None:
     assert r.needed == pytest.approx(e.memory.peak) and r.needed > r.available
     # model states alone: fp32 weights + grads + AdamW (4 + 4 + 8 bytes per parameter)
     assert e.memory.weights + e.memory.gradients + e.memory.optimizer == pytest.approx(16 * e.params, rel=1e-3)
+    # host RAM is a CPU's device memory: the memory verdict is the verdict, not "rejected for another reason"
+    assert e.memory_verdict().startswith("does not fit, short by") and "another reason" not in e.memory_verdict()
 
 
 def test_the_optimizer_step_on_a_cpu_holds_one_parameter_s_temporaries(models: Path) -> None:

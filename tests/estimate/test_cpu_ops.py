@@ -45,8 +45,19 @@ def test_the_tally_books_convolutions_apart() -> None:
         y = conv(x)
         torch.nn.functional.linear(y.flatten(1), torch.randn(4, 8 * 16 * 16))
     conv_flops = 2 * 2 * 8 * 16 * 16 * 3 * 3 * 3  # 2 × batch × out channels × output pixels × in channels × kernel
-    assert tally.conv_flops == conv_flops
+    assert tally.class_flops == {"conv": conv_flops, "rnn": 0}
     assert tally.total == conv_flops + 2 * 2 * 8 * 16 * 16 * 4
+
+
+def test_the_tally_books_onednn_recurrent_layers_apart() -> None:
+    lstm = torch.nn.LSTM(16, 32, batch_first=True)
+    tally = FlopTally()
+    with tally:
+        lstm(torch.randn(4, 10, 16))[0].sum().backward()
+    per_pass = 2 * 4 * 10 * (4 * 32 * 16 + 4 * 32 * 32)  # the gates' GEMMs, every step and sample
+    if not tally.class_flops["rnn"]:
+        pytest.skip("this build runs nn.LSTM without oneDNN's fused operator")
+    assert tally.class_flops["rnn"] == 3 * per_pass  # forward + backward (twice the forward)
 
 
 def test_the_tally_counts_the_same_operators_on_fake_tensors_as_on_real_ones() -> None:
@@ -110,13 +121,16 @@ def test_the_step_time_of_a_traced_step_adds_dispatch_and_prices_the_operators_b
     assert rates.operator_overhead_s == pytest.approx(float(op["value"]) * 1e-6 * float(op["ref_all_core_ghz"]) / 3.5)
     assert rates.operator_bytes_s == pytest.approx(rates.activation_bytes_s * cat.assumption("cpu_operator_bytes_per_saved_byte"))
     assert rates.conv_efficiency == pytest.approx(cat.assumption("cpu_conv_efficiency"))
-    eager = EagerOps(ops=300, memory_bytes=2.0e8, optimizer_ops=120, optimizer_memory_bytes=3.0e8, conv_flops=5.0e9)
+    assert rates.rnn_efficiency == pytest.approx(cat.assumption("cpu_rnn_efficiency"))
+    eager = EagerOps(ops=300, memory_bytes=2.0e8, optimizer_ops=120, optimizer_memory_bytes=3.0e8, conv_flops=5.0e9,
+                     rnn_flops=3.0e9)
     flops, micro = 2.0e10, 2
     st = cpu_step_time(hw=hw, strategy=Strategy.SINGLE, precision=Precision.FP32, optimizer=Optimizer.ADAMW,
                        micro_steps=micro, flops_executed=flops, flops_model=flops, activations=1.0e8,
                        trainable_params=1.0e6, eager=eager)  # fmt: skip
     assert st.breakdown == pytest.approx({
-        "compute_s": micro * ((flops - 5.0e9) / rates.rate("fp32") + 5.0e9 / (rates.rate("fp32") * rates.conv_efficiency)),
+        "compute_s": micro * ((flops - 8.0e9) / rates.rate("fp32") + 5.0e9 / (rates.rate("fp32") * rates.conv_efficiency)
+                              + 3.0e9 / (rates.rate("fp32") * rates.rnn_efficiency)),
         "memory_s": micro * 2.0e8 / rates.operator_bytes_s,
         "dispatch_s": (micro * 300 + 120) * rates.operator_overhead_s,
         "optimizer_s": 3.0e8 / rates.mem_bw_bytes_s,
@@ -144,6 +158,7 @@ def test_a_larger_micro_batch_moves_more_bytes_through_the_same_operators(tmp_pa
     doubled = _scaled(profile, 2.0)
     assert doubled.eager.memory_bytes == pytest.approx(2 * profile.eager.memory_bytes)
     assert doubled.eager.conv_flops == pytest.approx(2 * profile.eager.conv_flops)
+    assert doubled.eager.rnn_flops == pytest.approx(2 * profile.eager.rnn_flops)
     assert (doubled.eager.ops, doubled.eager.optimizer_ops) == (profile.eager.ops, profile.eager.optimizer_ops)
     assert doubled.eager.optimizer_memory_bytes == profile.eager.optimizer_memory_bytes
 
@@ -153,16 +168,21 @@ def test_measured_rates_take_the_probes_per_operator_overhead_and_convolution_ef
     default = measured_cpu_rates(prof)
     assert default.operator_overhead_s == pytest.approx(get_catalog().assumption("cpu_operator_overhead_us") * 1e-6)
     assert default.conv_efficiency == pytest.approx(get_catalog().assumption("cpu_conv_efficiency"))
+    assert default.rnn_efficiency == pytest.approx(get_catalog().assumption("cpu_rnn_efficiency"))
     probed = replace(prof, measurements=prof.measurements + (
         Measurement("cpu_operator_overhead", 6.5, "us", "cpu", "tiny steps"),
-        Measurement("cpu_conv_efficiency", 0.4, "x", "cpu", "convs vs GEMM")))  # fmt: skip
+        Measurement("cpu_conv_efficiency", 0.4, "x", "cpu", "convs vs GEMM"),
+        Measurement("cpu_rnn_efficiency", 0.6, "x", "cpu", "LSTM vs GEMM")))  # fmt: skip
     rates = measured_cpu_rates(probed, 8)
     assert rates.operator_overhead_s == pytest.approx(6.5e-6)  # one core dispatches: not scaled with vCPUs
-    assert rates.conv_efficiency == pytest.approx(0.4)
-    assert "6.5 us per operator" in rates.source and "convolutions at 0.40 x the GEMM rate" in rates.source
+    assert (rates.conv_efficiency, rates.rnn_efficiency) == pytest.approx((0.4, 0.6))
+    assert "6.5 us per operator" in rates.source
+    assert "convolutions at 0.40 and recurrent layers at 0.60 x the GEMM rate" in rates.source
 
 
-def test_the_probe_measures_convolutions_against_the_gemm() -> None:
-    m = cpu_rate.conv_efficiency(rounds=1, reps=1)
-    assert m.name == "cpu_conv_efficiency" and 0.01 < m.value < 3.0
+@pytest.mark.parametrize("measure, name", [(cpu_rate.conv_efficiency, "cpu_conv_efficiency"),
+                                           (cpu_rate.rnn_efficiency, "cpu_rnn_efficiency")])  # fmt: skip
+def test_the_probe_measures_convolutions_and_recurrent_layers_against_the_gemm(measure, name: str) -> None:
+    m = measure(rounds=1, reps=1)
+    assert m.name == name and 0.01 < m.value < 3.0
     assert "GFLOP/s" in m.method

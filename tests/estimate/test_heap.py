@@ -3,14 +3,10 @@ sequences (Linux with glibc only), and the CPU estimate of a traced job carrying
 
 from __future__ import annotations
 
-import ctypes.util
-import os
-import subprocess
-import sys
-
 import pytest
 
 from trainplan.estimate.heap import PAGE, GlibcHeap, chunk_size, replay_heap
+from trainplan.measure.glibc import glibc_available, replay_resident_peak
 
 MiB = 1 << 20
 
@@ -86,46 +82,16 @@ def test_resident_never_falls_below_live() -> None:
         assert heap.resident >= heap.requested
 
 
-# The same sequence through the real glibc: posix_memalign(64) as c10's CPU allocator calls it, every byte
-# written, the peak of resident memory read from /proc (VmHWM after clear_refs) in a fresh interpreter.  What the
+# The same sequence through the real glibc (measure/glibc.py: posix_memalign(64) as c10's CPU allocator calls it,
+# every byte written, the peak resident growth of a fresh interpreter).  What the
 # real heap keeps depends on the process's earlier allocations too (benchmarks/cpu_heap.py: the same traced step
 # keeps +7.6 MiB in a fresh interpreter and +14.7 MiB after `import torch`), so the comparisons below are of a loop
 # whose layout does not hinge on that, and of the mechanism on a traced step.
-_REPLAY = r"""
-import ctypes, sys
-ops = [tuple(map(int, line.split())) for line in sys.stdin.read().split("\n") if line]
-libc = ctypes.CDLL("libc.so.6")
-libc.posix_memalign.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_size_t]
-libc.free.argtypes = [ctypes.c_void_p]
-libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
-ptrs = [ctypes.c_void_p() for _ in range(max(k for k, _ in ops) + 1)]
-def kib(key):
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith(key + ":"))
-with open("/proc/self/clear_refs", "w") as f:
-    f.write("5")
-base = kib("VmRSS")
-for key, delta in ops:
-    if delta > 0:
-        libc.posix_memalign(ctypes.byref(ptrs[key]), 64, delta)
-        libc.memset(ptrs[key], 1, delta)
-    else:
-        libc.free(ptrs[key])
-print((kib("VmHWM") - base) * 1024)
-"""
-
-glibc = pytest.mark.skipif(
-    not sys.platform.startswith("linux") or ctypes.util.find_library("c") != "libc.so.6",
-    reason="compares with the real glibc",
-)
+glibc = pytest.mark.skipif(not glibc_available(), reason="compares with the real glibc")
 
 
 def real_glibc_peak(events: list[tuple[int, int]], *, fixed_threshold: bool = False) -> int:
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072") if fixed_threshold else None
-    text = "\n".join(f"{k} {d}" for k, d in events)
-    out = subprocess.run([sys.executable, "-c", _REPLAY], input=text, capture_output=True, text=True, check=True,
-                         env=env)  # fmt: skip
-    return int(out.stdout)
+    return replay_resident_peak(events, fixed_threshold=fixed_threshold)
 
 
 @glibc

@@ -132,7 +132,7 @@ def estimate_panel(e: Estimate) -> Group:
     t.add_column()
     verdict = "[green]fits[/]" if e.fits else f"[red]does not fit[/]: {e.reason}"
     t.add_row("verdict", verdict)
-    if e.hardware.accelerator is not None and e.memory_band is not None:
+    if e.memory_band is not None:
         t.add_row("memory margin", ("[yellow]" if e.borderline else "") + e.memory_verdict() + ("[/]" if e.borderline else ""))
     if e.hint:
         t.add_row("to fit", e.hint)

@@ -238,7 +238,8 @@ def compose(
         calibrated=efficiency is not None,
         notes=tuple(notes),
         trace=profile.trace,
-        memory_band=catalog.assumption(f"memory_error_band_{profile.source.value}"),
+        # the band measured for this kind of estimate: host RAM against trainplan run's peak RSS on CPUs
+        memory_band=catalog.assumption("memory_error_band_cpu" if acc is None else f"memory_error_band_{profile.source.value}"),
     )
 
 

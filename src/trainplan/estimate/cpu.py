@@ -21,7 +21,7 @@ for such options; the GPU path never does.
   its memory-bound work at the memory bandwidth, plus, for a traced step, what each operator costs an eager
   step whatever its size (dispatch, autograd's bookkeeping, torch.optim's Python loop)::
 
-      traced:   t = micro-steps × ((FLOPs − conv FLOPs) / R + conv FLOPs / (R × c) + op bytes / E + ops × o)
+      traced:   t = micro-steps × ((FLOPs − conv − rnn) / R + conv / (R × c) + rnn / (R × r) + op bytes / E + ops × o)
                   + optimizer ops × o + optimizer op bytes / B
       analytic: t = micro-steps × (FLOPs / R + saved activations / A) + optimizer bytes / B
 
@@ -29,9 +29,10 @@ for such options; the GPU path never does.
   views) read and write (``trace/flops.py``), forward + backward and in the optimizer step.  o: the per-operator
   overhead the probe measures on tiny steps (``measure/cpu_rate.py: operator_overhead_us``; catalog CPUs:
   ``cpu_operator_overhead_us``).  E: the element-wise rate A in bytes moved (A × ``cpu_operator_bytes_per_saved_byte``,
-  the same timing counted in the operators' bytes).  c: a convolution's rate over the GEMM rate, measured by the
-  probe on a small CNN's convolutions (``measure/cpu_rate.py: conv_efficiency``; catalog CPUs:
-  ``cpu_conv_efficiency``).
+  the same timing counted in the operators' bytes).  conv, rnn: the FLOPs of convolutions and of oneDNN's fused
+  recurrent layers (``trace/flops.py: KERNEL_CLASSES``); c, r: their rates over the GEMM rate, measured by the
+  probe on a small CNN's convolutions and an LSTM layer (``measure/cpu_rate.py: conv_efficiency``,
+  ``rnn_efficiency``; catalog CPUs: ``cpu_conv_efficiency``, ``cpu_rnn_efficiency``).
 
   R = cores × FLOPs/cycle/core × all-core clock × ``cpu_matmul_efficiency`` (cpus.csv, vendor ISA
   documents; see ``estimate/hardware.py: cpu_rates_from_spec``), or the matmul rate ``trainplan probe``
@@ -206,8 +207,8 @@ def cpu_step_time(
 ) -> StepTime:
     """Seconds per optimizer step on ``hw``'s cores (formula and sources in the module docstring).
 
-    The breakdown names each term: ``compute_s`` (matmul FLOPs / R; a traced step's convolution FLOPs / (R × the
-    convolution efficiency)), ``memory_s`` (the element-wise work),
+    The breakdown names each term: ``compute_s`` (matmul FLOPs / R; a traced step's convolution and fused recurrent
+    FLOPs / (R × their efficiency)), ``memory_s`` (the element-wise work),
     ``optimizer_s`` (the optimizer step's bytes / B) and, for a traced step (``eager``), ``dispatch_s``
     (operators × the per-operator overhead).  With ``eager`` the element-wise work is the bytes the step's
     memory-bound operators read and write at their byte rate, and the optimizer's bytes are the ones its
@@ -222,8 +223,9 @@ def cpu_step_time(
     bw, act = rates.mem_bw_bytes_s, rates.activation_bytes_s
     if rate <= 0 or bw <= 0 or act <= 0:
         return StepTime(float("inf"), None, {}, f"no {dtype} matmul rate or memory bandwidth for {_cpu_name(hw)}")
-    conv = eager.conv_flops if eager is not None else 0.0
-    terms = {"compute_s": micro_steps * ((flops_executed - conv) / rate + conv / (rate * rates.conv_efficiency))}
+    conv, rnn = (eager.conv_flops, eager.rnn_flops) if eager is not None else (0.0, 0.0)
+    terms = {"compute_s": micro_steps * ((flops_executed - conv - rnn) / rate + conv / (rate * rates.conv_efficiency)
+                                         + rnn / (rate * rates.rnn_efficiency))}  # fmt: skip
     if eager is not None and rates.operator_bytes_s > 0:
         terms["memory_s"] = micro_steps * eager.memory_bytes / rates.operator_bytes_s
         terms["dispatch_s"] = (micro_steps * eager.ops + eager.optimizer_ops) * rates.operator_overhead_s

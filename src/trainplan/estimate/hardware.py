@@ -30,6 +30,7 @@ class CpuRates:
     operator_overhead_s: float = 0.0  # seconds an eager step spends per operator dispatched, whatever its size
     operator_bytes_s: float = 0.0  # bytes per second the memory-bound operators read + write (0: not known)
     conv_efficiency: float = 1.0  # a convolution's FLOP rate over the matmul rate
+    rnn_efficiency: float = 1.0  # a fused recurrent layer's FLOP rate over the matmul rate
 
     def rate(self, dtype: str) -> float | None:
         """Achieved matmul FLOP/s for ``dtype``; None when the cores have no units for it."""
@@ -56,7 +57,8 @@ def cpu_rates_from_spec(cpu: Cpu, vcpus: float, catalog: Catalog) -> CpuRates:
     vector-width ratios to that core, at most the bandwidth; the memory-bound operators' byte rate is that rate ×
     ``cpu_operator_bytes_per_saved_byte`` (:func:`operator_rates`).  Per-operator overhead =
     ``cpu_operator_overhead_us`` (measured on a reference core) × the reference clock / this CPU's clock.
-    Convolutions run at ``cpu_conv_efficiency`` × the matmul rate (measured on a reference core).
+    Convolutions and fused recurrent layers run at ``cpu_conv_efficiency`` and ``cpu_rnn_efficiency`` × the matmul
+    rate (measured on a reference core).
     """
     cores = physical_cpu_cores(vcpus, cpu)
     eff = catalog.assumption("cpu_matmul_efficiency")
@@ -75,6 +77,7 @@ def cpu_rates_from_spec(cpu: Cpu, vcpus: float, catalog: Catalog) -> CpuRates:
         cores=cores,
         source=f"{cpu.model}: cpus.csv spec ({cpu.as_of}) x default efficiency {eff:g}",
         conv_efficiency=catalog.assumption("cpu_conv_efficiency"),
+        rnn_efficiency=catalog.assumption("cpu_rnn_efficiency"),
         **operator_rates(activation, float(op["value"]) * float(op["ref_all_core_ghz"]) / cpu.all_core_ghz, catalog),
     )
 

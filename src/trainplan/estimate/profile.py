@@ -74,13 +74,14 @@ class StepMemory:
 class EagerOps:
     """What an eager step dispatches, from a trace (``trace/flops.py``): operators, and the bytes the memory-bound
     ones (no FLOP formula, not views) read and write; per micro-step (forward + backward) and per optimizer step;
-    and the convolutions' share of the micro-step's FLOPs."""
+    and the shares of the micro-step's FLOPs in convolutions and in fused recurrent layers."""
 
     ops: float
     memory_bytes: float
     optimizer_ops: float
     optimizer_memory_bytes: float
     conv_flops: float = 0.0
+    rnn_flops: float = 0.0
 
 
 @dataclass(frozen=True)

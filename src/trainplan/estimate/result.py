@@ -144,7 +144,9 @@ class Estimate:
             text = f"borderline: {head}, within the estimator's measured error band (±{self.memory_band:.0%})"
         else:
             text = f"fits, {head}" if frac >= 0 else f"does not fit, {head}"
-        if self.rejection is not None and self.rejection.kind is not RejectKind.DEVICE_MEMORY:
+        # on CPUs host RAM is the device memory: its rejection is the memory verdict itself
+        memory_kinds = (RejectKind.DEVICE_MEMORY,) + ((RejectKind.HOST_MEMORY,) if self.hardware.accelerator is None else ())
+        if self.rejection is not None and self.rejection.kind not in memory_kinds:
             # the memory figure is still worth showing, but it must not read as the option's verdict
             text = f"memory {text}; the option is rejected for another reason ({self.rejection.kind.value})"
         return text

@@ -130,7 +130,8 @@ def profile_from_trace(job: TorchJob | TransformerJob, result: Any, largest: int
         eager=EagerOps(ops=float(result.ops_step), memory_bytes=float(result.memory_bytes_step),
                        optimizer_ops=float(result.ops_optimizer),
                        optimizer_memory_bytes=float(result.memory_bytes_optimizer),
-                       conv_flops=float(getattr(result, "conv_flops_step", 0)))
+                       conv_flops=float(getattr(result, "conv_flops_step", 0)),
+                       rnn_flops=float(getattr(result, "rnn_flops_step", 0)))
         if getattr(result, "ops_step", 0) else None,  # fmt: skip
     )
 

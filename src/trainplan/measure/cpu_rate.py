@@ -27,6 +27,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from trainplan.measure.microbench import Measurement
@@ -36,6 +37,7 @@ ACTIVATION_NAME = "activation_rate"
 SCALING_NAME = "cpu_step_scaling"
 OPERATOR_NAME = "cpu_operator_overhead"
 CONV_NAME = "cpu_conv_efficiency"
+RNN_NAME = "cpu_rnn_efficiency"
 MATMUL_ONE_THREAD_NAME = "matmul_fp32_1thread"
 
 
@@ -138,50 +140,79 @@ def operator_overhead_us(*, reps: int = 200) -> Measurement:
     return Measurement(OPERATOR_NAME, best * 1e6 / tally.ops, "us", "cpu", method, time.perf_counter() - t0)
 
 
+def _against_gemm(name: str, kernel: str, work: Callable[[], None], *, rounds: int, reps: int) -> Measurement:
+    """``work``'s FLOP rate (FLOPs by the trace's tally, ``estimate/trace/flops.py``) over the 1024³ fp32 GEMM's,
+    the two alternating over ``rounds`` rounds (load from other processes falls on both alike), best of ``reps``
+    each, with torch's threads."""
+    import torch
+
+    from trainplan.estimate.trace.flops import FlopTally
+
+    t0 = time.perf_counter()
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+
+    def timed(fn: Callable[[], object]) -> float:
+        s = time.perf_counter()
+        fn()
+        return time.perf_counter() - s
+
+    work()  # warm-up: kernel selection, oneDNN primitive creation
+    tally = FlopTally()
+    with tally:
+        work()
+    best_work = best_gemm = float("inf")
+    for _ in range(rounds):
+        best_work = min(best_work, *(timed(work) for _ in range(reps)))
+        best_gemm = min(best_gemm, *(timed(lambda: a @ b) for _ in range(reps)))
+    rate, gemm = tally.total / best_work, 2 * 1024**3 / best_gemm
+    method = (f"{kernel} forward+backward {rate / 1e9:.0f} GFLOP/s vs 1024^3 fp32 GEMM {gemm / 1e9:.0f} GFLOP/s, "
+              f"{torch.get_num_threads()} threads, best of {rounds}x{reps}")  # fmt: skip
+    return Measurement(name, rate / gemm, "x", "cpu", method, time.perf_counter() - t0)
+
+
 def conv_efficiency(*, rounds: int = 5, reps: int = 3) -> Measurement:
     """A small CNN's convolutions, forward + backward, as a fraction of the 1024³ fp32 GEMM's rate.
 
     The convolutions of the convolutional reference step (:func:`_reference_steps`: 3→32 channels on 32 × 32 and
-    32→64 on 16 × 16, 3 × 3, batch 16) and the GEMM alternate over ``rounds`` rounds (load from other processes falls
-    on both alike), best of ``reps`` each; FLOPs by the trace's tally (``estimate/trace/flops.py``: PyTorch's
-    convolution formulas, the backward twice the forward).  torch's threads.  oneDNN's direct convolutions on these
-    shapes (few channels, small images) reach about half the GEMM rate (docs/benchmarks.md).
+    32→64 on 16 × 16, 3 × 3, batch 16); FLOPs by PyTorch's convolution formulas (the backward twice the forward).
+    oneDNN's direct convolutions on these shapes (few channels, small images) reach about half the GEMM rate.
     """
-    t0 = time.perf_counter()
     try:
         import torch
     except ImportError:
         return Measurement(CONV_NAME, None, "x", "cpu", "", note="needs torch")
-    from trainplan.estimate.trace.flops import FlopTally
-
     nn = torch.nn
-    layers = [(nn.Conv2d(3, 32, 3, padding=1), torch.randn(16, 3, 32, 32, requires_grad=True)),
-              (nn.Conv2d(32, 64, 3, padding=1), torch.randn(16, 32, 16, 16, requires_grad=True))]  # fmt: skip
-    grads = [torch.randn(16, 32, 32, 32), torch.randn(16, 64, 16, 16)]
-    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    layers = [(nn.Conv2d(3, 32, 3, padding=1), torch.randn(16, 3, 32, 32, requires_grad=True), torch.randn(16, 32, 32, 32)),
+              (nn.Conv2d(32, 64, 3, padding=1), torch.randn(16, 32, 16, 16, requires_grad=True), torch.randn(16, 64, 16, 16))]  # fmt: skip
 
     def convs() -> None:
-        for (conv, x), g in zip(layers, grads):
+        for conv, x, g in layers:
             conv(x).backward(g)
 
-    def timed(fn: object) -> float:
-        s = time.perf_counter()
-        fn()  # type: ignore[operator]
-        return time.perf_counter() - s
+    return _against_gemm(CONV_NAME, "conv 3->32 on 32x32 and 32->64 on 16x16 (3x3, batch 16)", convs,
+                         rounds=rounds, reps=reps)  # fmt: skip
 
-    tally = FlopTally()
-    with tally:
-        convs()
-    gemm_flops = 2 * 1024**3
-    best_conv = best_gemm = float("inf")
-    for _ in range(rounds):
-        best_conv = min(best_conv, *(timed(convs) for _ in range(reps)))
-        best_gemm = min(best_gemm, *(timed(lambda: a @ b) for _ in range(reps)))
-    conv_rate, gemm_rate = tally.total / best_conv, gemm_flops / best_gemm
-    method = (f"conv 3->32 on 32x32 and 32->64 on 16x16 (3x3, batch 16) forward+backward {conv_rate / 1e9:.0f} GFLOP/s "
-              f"vs 1024^3 fp32 GEMM {gemm_rate / 1e9:.0f} GFLOP/s, {torch.get_num_threads()} threads, best of "
-              f"{rounds}x{reps}")  # fmt: skip
-    return Measurement(CONV_NAME, conv_rate / gemm_rate, "x", "cpu", method, time.perf_counter() - t0)
+
+def rnn_efficiency(*, rounds: int = 5, reps: int = 3) -> Measurement:
+    """An LSTM layer (oneDNN's fused ``mkldnn_rnn_layer``), forward + backward, as a fraction of the GEMM's rate.
+
+    nn.LSTM(128, 256), 64 time steps, batch 32; FLOPs by the trace's formula for the operator (the gates' GEMMs:
+    2·(4H·I + 4H·H) per step and sample, the backward twice that).  The kernel multiplies one time step at a time
+    (a batch × 4H product per step) and then runs the gates' element-wise arithmetic, which the formula does not
+    count: it reaches a fraction of the GEMM rate.
+    """
+    try:
+        import torch
+    except ImportError:
+        return Measurement(RNN_NAME, None, "x", "cpu", "", note="needs torch")
+    lstm = torch.nn.LSTM(128, 256, batch_first=True)
+    x = torch.randn(32, 64, 128, requires_grad=True)
+    g = torch.randn(32, 64, 256)
+
+    def layer() -> None:
+        lstm(x)[0].backward(g)
+
+    return _against_gemm(RNN_NAME, "LSTM 128->256, 64 steps, batch 32", layer, rounds=rounds, reps=reps)
 
 
 def _reference_steps(torch: object) -> list[tuple[object, object, object]]:

@@ -378,6 +378,7 @@ def plan_benchmarks(*, cuda_devices: int = 0, bf16: bool | None = None, torch_in
         out.append(Bench("element-wise layers (CPU)", lambda: cpu_rate.activation_rate_gb_s(budget_s=b / 1.5)))
         out.append(Bench("per-operator overhead (CPU)", lambda: cpu_rate.operator_overhead_us(reps=20 if quick else 200)))
         out.append(Bench("convolutions vs GEMM (CPU)", lambda: cpu_rate.conv_efficiency(rounds=1 if quick else 5)))
+        out.append(Bench("recurrent layer vs GEMM (CPU)", lambda: cpu_rate.rnn_efficiency(rounds=1 if quick else 5)))
         out.append(Bench("PyTorch CPU runtime (fresh process)", lambda: cpu_rate.runtime_overhead_gib()))
     if cuda_devices:
         dtypes = ["fp32", "tf32", "fp16"] + (["bf16"] if bf16 else [])

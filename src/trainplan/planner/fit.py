@@ -60,7 +60,8 @@ def _scaled(profile: StepProfile, factor: float) -> StepProfile:
                        else kept * factor),  # fmt: skip
         # the memory-bound operators move bytes per sample; their count and the optimizer's do not change
         eager=None if profile.eager is None else replace(profile.eager, memory_bytes=profile.eager.memory_bytes * factor,
-                                                         conv_flops=profile.eager.conv_flops * factor),  # fmt: skip
+                                                         conv_flops=profile.eager.conv_flops * factor,
+                                                         rnn_flops=profile.eager.rnn_flops * factor),  # fmt: skip
     )
 
 

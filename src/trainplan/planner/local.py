@@ -59,8 +59,8 @@ def measured_cpu_rates(profile: "HardwareProfile", vcpus: int | None = None) -> 
     * **Copy bandwidth**: × n/t (each vCPU's share of the memory channels, the rule the catalog's spec follows).
     * **Per-operator overhead**: the probe's ``cpu_operator_overhead`` (dispatch runs on one core: not scaled),
       else the catalog's reference figure; the memory-bound operators' byte rate follows the element-wise rate
-      (``estimate/hardware.py: operator_rates``); convolutions run at the probe's ``cpu_conv_efficiency`` × the
-      matmul rate (else the catalog's reference figure).
+      (``estimate/hardware.py: operator_rates``); convolutions and fused recurrent layers run at the probe's
+      ``cpu_conv_efficiency`` and ``cpu_rnn_efficiency`` × the matmul rate (else the catalog's reference figures).
     * **Peak** (the MFU denominator): the t-thread GEMM × n/t.
 
     The runtime overhead is the probe's ``cpu_runtime_overhead`` when it measured one.  None without a measured
@@ -92,6 +92,7 @@ def measured_cpu_rates(profile: "HardwareProfile", vcpus: int | None = None) -> 
     op_us = profile.figure("cpu_operator_overhead")  # µs; without it the catalog's reference figure
     op_us = op_us or catalog.assumption("cpu_operator_overhead_us")
     conv = profile.figure("cpu_conv_efficiency") or catalog.assumption("cpu_conv_efficiency")
+    rnn = profile.figure("cpu_rnn_efficiency") or catalog.assumption("cpu_rnn_efficiency")
     scaled = f", scaled to {vcpus} vCPUs" if vcpus and vcpus != threads else ""
     rates = ", ".join(f"{dt} {r / 1e9:,.0f} GFLOP/s" for dt, r in matmul)
     scaling = (f"; a training step on {n:g} threads: 1-thread GEMM {one_thread * 1e3:.1f} GFLOP/s × Amdahl speedup "
@@ -106,10 +107,12 @@ def measured_cpu_rates(profile: "HardwareProfile", vcpus: int | None = None) -> 
         source=(f"{profile.machine.get('cpu_model') or 'this CPU'}: measured by trainplan probe on {profile.host}, "
                 f"{profile.date} ({threads} threads: GEMM {fp32 * 1e3:,.0f} GFLOP/s, copy {bw:.1f} GB/s, element-wise "
                 f"{act_t / 1e9:.2f} GB/s{'' if act else ' (catalog per-core figure)'}, {op_us:.1f} us per operator, "
-                f"convolutions at {conv:.2f} x the GEMM rate{scaled}; matmul {rates}{scaling})"),  # fmt: skip
+                f"convolutions at {conv:.2f} and recurrent layers at {rnn:.2f} x the GEMM rate{scaled}; matmul {rates}"
+                f"{scaling})"),  # fmt: skip
         measured=True,
         runtime_overhead_bytes=overhead * GIB if overhead else None,
         conv_efficiency=conv,
+        rnn_efficiency=rnn,
         **operator_rates(act_t * act_scale, op_us, catalog),
     )
 

@@ -30,7 +30,7 @@ from torch.utils.flop_counter import (
     sdpa_flop_count,
 )
 
-__all__ = ["CONVOLUTIONS", "EXTRA_FLOP_FORMULAS", "FlopTally"]
+__all__ = ["EXTRA_FLOP_FORMULAS", "KERNEL_CLASSES", "FlopTally"]
 
 _aten = torch.ops.aten
 
@@ -86,10 +86,14 @@ def _extra_flop_formulas() -> dict[Any, Callable[..., int]]:
     return formulas
 
 
-# The convolution operators of the formula table: a CPU runs them at a rate of their own (estimate/cpu.py).
-CONVOLUTIONS = frozenset(
-    getattr(_aten, name) for name in ("convolution", "_convolution", "convolution_backward", "_slow_conv2d_forward")
-    if hasattr(_aten, name)
+# Operators a CPU runs at a rate of its own (estimate/cpu.py), by class: convolutions (oneDNN's direct kernels) and
+# oneDNN's fused recurrent layers (the gates' GEMMs one time step at a time, then their element-wise arithmetic).
+_CLASSES: Mapping[str, tuple[str, ...]] = MappingProxyType({
+    "conv": ("convolution", "_convolution", "convolution_backward", "_slow_conv2d_forward"),
+    "rnn": ("mkldnn_rnn_layer", "mkldnn_rnn_layer_backward"),
+})
+KERNEL_CLASSES: Mapping[Any, str] = MappingProxyType(
+    {getattr(_aten, name): kind for kind, names in _CLASSES.items() for name in names if hasattr(_aten, name)}
 )
 
 # Operator overload packet -> FLOP formula (shapes in, FLOPs out); built once, read-only.
@@ -114,7 +118,7 @@ class FlopTally(TorchDispatchMode):
         self.total = 0
         self.ops = 0  # operators dispatched
         self.memory_bytes = 0  # bytes read + written by the memory-bound operators
-        self.conv_flops = 0  # the FLOPs of convolutions (forward and backward), part of ``total``
+        self.class_flops = dict.fromkeys(_CLASSES, 0)  # FLOPs of each KERNEL_CLASSES class, part of ``total``
 
     def get_total_flops(self) -> int:
         return self.total
@@ -129,8 +133,9 @@ class FlopTally(TorchDispatchMode):
         if formula is not None:
             flops = int(formula(*args, **kwargs, out_val=out))
             self.total += flops
-            if func._overloadpacket in CONVOLUTIONS:
-                self.conv_flops += flops
+            kind = KERNEL_CLASSES.get(func._overloadpacket)
+            if kind is not None:
+                self.class_flops[kind] += flops
         elif not func.is_view:
             self.memory_bytes += _tensor_bytes((args, kwargs)) + _tensor_bytes(out)
         return out

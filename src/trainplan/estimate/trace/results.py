@@ -51,7 +51,9 @@ class TraceResult:
     memory_bytes_step: int = 0
     ops_optimizer: int = 0
     memory_bytes_optimizer: int = 0
-    conv_flops_step: int = 0  # the convolutions' share of the step's FLOPs (forward + backward + recompute)
+    # the convolutions' and fused recurrent layers' shares of the step's FLOPs (forward + backward + recompute)
+    conv_flops_step: int = 0
+    rnn_flops_step: int = 0
 
     @property
     def flops_per_step(self) -> float:

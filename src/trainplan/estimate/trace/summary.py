@@ -87,7 +87,8 @@ def summarise(
         memory_bytes_step=watch.memory_bytes[Phase.FORWARD] + watch.memory_bytes[Phase.BACKWARD],
         ops_optimizer=watch.ops[Phase.OPTIMIZER],
         memory_bytes_optimizer=watch.memory_bytes[Phase.OPTIMIZER],
-        conv_flops_step=watch.counter.conv_flops,
+        conv_flops_step=watch.counter.class_flops["conv"],
+        rnn_flops_step=watch.counter.class_flops["rnn"],
     )
 
 
