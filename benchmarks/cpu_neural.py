@@ -13,7 +13,8 @@ cores) against ``trainplan run JOB --json`` of the same job (fp32: the run train
 
 Before the models, ``trainplan probe --no-tabular`` runs ``--probe-repeat`` times and the profile with the
 highest fp32 matmul rate is kept (a best-of on a shared machine), its CPU-step figures (``measure/cpu_rate.py``:
-1-thread GEMM, training-step thread scaling, element-wise rate) each the best of the ``--probe-repeat`` probes;
+1-thread GEMM, training-step thread scaling, element-wise rate, per-operator overhead) each the best of the
+``--probe-repeat`` probes;
 everything lives in a fresh ``TRAINPLAN_HOME`` (the user's store is not touched).
 
     python benchmarks/cpu_neural.py                        # all models, 15 steps each (about 6 minutes on 2 cores)
@@ -95,7 +96,7 @@ def _cli(*args: str, env: dict[str, str]) -> dict[str, Any]:
 
 def probe(env: dict[str, str], repeat: int) -> dict[str, Any]:
     """Run the probe ``repeat`` times and keep the profile with the fastest GEMM; each CPU-step figure (1-thread
-    GEMM, training-step thread scaling, element-wise rate) is the best of the ``repeat`` probes (best-of figures
+    GEMM, training-step thread scaling, element-wise rate, per-operator overhead) is the best of the ``repeat`` probes (best-of figures
     on a shared machine); returns its figures."""
     from trainplan.measure.profile import HardwareProfile, save_profile
 
@@ -103,17 +104,19 @@ def probe(env: dict[str, str], repeat: int) -> dict[str, Any]:
                                            if k != "saved_to"}) for _ in range(repeat)]  # fmt: skip
     prof = max(profiles, key=lambda p: p.figure("matmul_fp32") or 0.0)
     best = {}
-    for name in ("matmul_fp32_1thread", "cpu_step_scaling", "activation_rate"):
+    for name in ("matmul_fp32_1thread", "cpu_step_scaling", "activation_rate", "cpu_operator_overhead",
+                 "cpu_conv_efficiency", "cpu_rnn_efficiency"):
         got = [m for p in profiles for m in p.measurements if m.name == name and m.value]
-        if got:
-            best[name] = max(got, key=lambda m: m.value)
+        if got:  # the fastest: the highest rate, the lowest overhead
+            best[name] = (min if name == "cpu_operator_overhead" else max)(got, key=lambda m: m.value)
     prof = replace(prof, measurements=tuple(best.get(m.name, m) for m in prof.measurements))
     save_profile(prof, Path(env["TRAINPLAN_HOME"]) / "hardware_profile.json")
     return {m.name: m.value for m in prof.measurements}
 
 
 def measure_one(name: str, steps: int, cores: int, work: Path, env: dict[str, str], repeat: int = 1) -> dict[str, Any]:
-    """Estimate once, run ``repeat`` times: the peak of the first run, the best median and the fastest step of all."""
+    """Estimate once, run ``repeat`` times: the peak of the first run (and every run's, to show their spread), the
+    best median and the fastest step of all."""
     job = dict(name=name, precision="fp32", optimizer="adamw", steps=steps, **JOBS[name])
     path = work / f"{name}.yaml"
     path.write_text(yaml.safe_dump(job), encoding="utf-8")
@@ -135,6 +138,7 @@ def measure_one(name: str, steps: int, cores: int, work: Path, env: dict[str, st
         "gflop_per_step": (est["flops_per_step"] or 0.0) / 1e9,
         "pred_peak_mib": est["memory"]["peak_gib"] * 1024,
         "meas_peak_mib": (m["peak_gib"] or 0.0) * 1024,
+        "meas_peak_runs_mib": [(r["measured"]["peak_gib"] or 0.0) * 1024 for r in runs],
         "pred_step_ms": est["step_time_s"] * 1e3,
         "run_pred_step_ms": (run["predicted"]["step_time_s"] or float("nan")) * 1e3,
         "meas_step_ms": (m["step_time_s"] or float("nan")) * 1e3,
@@ -198,6 +202,9 @@ def main() -> int:
               f"{'%.2fx' % figures['cpu_step_scaling'] if figures.get('cpu_step_scaling') else 'n/a (one thread)'}, "
               f"bf16 {(figures.get('matmul_bf16') or 0) * 1e3:.1f} GFLOP/s, copy {figures.get('memory_bandwidth') or 0:.2f} GB/s, "
               f"element-wise {figures.get('activation_rate') or 0:.2f} GB/s, "
+              f"per operator {figures.get('cpu_operator_overhead') or 0:.1f} us, "
+              f"convolutions {figures.get('cpu_conv_efficiency') or 0:.2f} x GEMM, "
+              f"LSTM {figures.get('cpu_rnn_efficiency') or 0:.2f} x GEMM, "
               f"CPU runtime {(figures.get('cpu_runtime_overhead') or 0) * 1024:.1f} MiB; {cores} cores", flush=True)  # fmt: skip
         rows = []
         for name in args.only or list(JOBS):
@@ -210,6 +217,9 @@ def main() -> int:
             print(json.dumps(row), flush=True)
     print()
     print(table(rows))
+    if args.repeat > 1:  # the same job's peak RSS growth differs run to run (glibc's heap, docs/benchmarks.md)
+        print("\npeak RSS growth over the runs, MiB: " + "; ".join(
+            f"{r['name']} {min(r['meas_peak_runs_mib']):.1f}-{max(r['meas_peak_runs_mib']):.1f}" for r in rows))
     if args.json:
         args.json.write_text(json.dumps({"probe": figures, "rows": rows}, indent=1), encoding="utf-8")
     return 0
