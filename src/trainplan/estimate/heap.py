@@ -14,6 +14,11 @@ replayed here are glibc's (``malloc/malloc.c``, 2.26 and later; the defaults are
 * The mmap threshold starts at 128 KiB and is *dynamic*: freeing an mmapped chunk larger than the threshold
   (and at most 32 MiB, ``DEFAULT_MMAP_THRESHOLD_MAX`` on 64-bit) raises the threshold to that chunk's size and
   the trim threshold to twice that.  From then on, tensors up to that size live in the heap.
+* ``posix_memalign(64)`` (``_int_memalign``) asks for the chunk plus 64 + 32 bytes, and frees the unaligned
+  lead and the spare tail again.  Those small chunks go first to the thread cache (7 per size, up to 1,040-byte
+  chunks), which keeps them marked in use: they never merge with their neighbours, so a freed tensor next to one
+  cannot merge into the top.  Beyond the cache, chunks of up to 128 bytes go to the fastbins, merged when a large
+  request or a large free consolidates them.
 * A freed heap chunk merges with free neighbours and with the top.  A free of at least 64 KiB
   (``FASTBIN_CONSOLIDATION_THRESHOLD``) trims the heap when the top reaches the trim threshold, giving back all
   but ``M_TOP_PAD``.  Nothing else returns heap memory to the kernel: a freed chunk below the top stays
@@ -21,10 +26,12 @@ replayed here are glibc's (``malloc/malloc.c``, 2.26 and later; the defaults are
 
 Resident memory is the mmapped chunks alive plus the heap up to the highest byte handed out since the heap
 last shrank (pages the kernel has never been asked to fault in are not resident).  The simulation follows one
-arena (the training loop's thread; ``MALLOC_ARENA_MAX=1`` changes nothing measurable here), ignores the
-small-chunk caches (tcache, fastbins: below 1 KiB, nothing a tensor step keeps), and assumes each tensor's
-memory is written, as a kernel's output is.  ``tests/estimate/test_heap.py`` checks it against the real
-glibc replaying the same sequences.
+arena (the training loop's thread; ``MALLOC_ARENA_MAX=1`` changes nothing measurable here), starts from an empty
+heap at glibc's default threshold, and assumes each tensor's memory is written, as a kernel's output is.
+Whether the alignment fragments go to the thread cache or merge at once decides a lot: on glibc 2.36 (Debian 12)
+the thread-cache reading tracks the real glibc on training-like loops, the merging one does not (a 3-step loop:
+real 20-23 MiB, thread cache 26, merging 11).  ``tests/estimate/test_heap.py`` checks it against the real glibc
+replaying the same sequences (``measure/glibc.py``).
 """
 
 from __future__ import annotations
