@@ -8,10 +8,12 @@ the operators dispatched (each costs an eager step its dispatch, whatever its
 size) and the bytes the *memory-bound* ones read and write: every operator
 without a FLOP formula that is not a view (a view moves no data), its tensor
 inputs plus its tensor outputs.  ``prim`` operators (metadata queries such as
-``prim.device``) run no kernel and are not counted.  The CPU time model (``estimate/cpu.py``) prices
-both.  A formula
-for an operator PyTorch does not count goes into :data:`EXTRA_FLOP_FORMULAS`
-(or into PyTorch's own table with ``torch.utils.flop_counter.register_flop_formula``).
+``prim.device``) run no kernel and are not counted.  The FLOPs of the operators
+a CPU runs at a rate of their own (:data:`KERNEL_CLASSES`: convolutions, oneDNN's
+fused recurrent layers) are booked apart too.  The CPU time model
+(``estimate/cpu.py``) prices all of it.  A formula for an operator PyTorch does
+not count goes into :data:`EXTRA_FLOP_FORMULAS` (or into PyTorch's own table
+with ``torch.utils.flop_counter.register_flop_formula``).
 """
 
 from __future__ import annotations
