@@ -89,17 +89,22 @@ def test_the_probe_measures_a_per_operator_overhead() -> None:
     assert "operators" in m.method
 
 
-def test_a_traced_cpu_step_counts_torch_optims_per_parameter_loop(tmp_path, monkeypatch) -> None:
-    from trainplan.estimate.torchjob import trace_torch_job
-
+def _mlp_job(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+    """A torch job of a two-layer MLP (16 → width → 4) whose factory module is written to ``tmp_path``."""
     (tmp_path / "opsmodels.py").write_text(
         "import torch\n"
         "def build(width=32):\n"
         "    return torch.nn.Sequential(torch.nn.Linear(16, width), torch.nn.ReLU(), torch.nn.Linear(width, 4))\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    job = parse_job({"kind": "torch", "model": "opsmodels:build", "inputs": [{"shape": [16]}], "micro_batch": 8,
-                     "precision": "fp32", "steps": 10})  # fmt: skip
+    return parse_job({"kind": "torch", "model": "opsmodels:build", "inputs": [{"shape": [16]}], "micro_batch": 8,
+                      "precision": "fp32", "steps": 10})  # fmt: skip
+
+
+def test_a_traced_cpu_step_counts_torch_optims_per_parameter_loop(tmp_path, monkeypatch) -> None:
+    from trainplan.estimate.torchjob import trace_torch_job
+
+    job = _mlp_job(tmp_path, monkeypatch)
     eager = trace_torch_job(job, device="cpu").eager
     assert eager is not None and eager.ops > 0 and eager.memory_bytes > 0
     # torch.optim's single-tensor AdamW on CPUs: several operators per parameter tensor (4 tensors here), each
@@ -146,15 +151,7 @@ def test_the_step_time_of_a_traced_step_adds_dispatch_and_prices_the_operators_b
 def test_a_larger_micro_batch_moves_more_bytes_through_the_same_operators(tmp_path, monkeypatch) -> None:
     from trainplan.estimate.torchjob import trace_torch_job
 
-    (tmp_path / "opsmodels2.py").write_text(
-        "import torch\n"
-        "def build():\n"
-        "    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))\n"
-    )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    job = parse_job({"kind": "torch", "model": "opsmodels2:build", "inputs": [{"shape": [16]}], "micro_batch": 8,
-                     "precision": "fp32", "steps": 10})  # fmt: skip
-    profile = trace_torch_job(job, device="cpu")
+    profile = trace_torch_job(_mlp_job(tmp_path, monkeypatch), device="cpu")
     doubled = _scaled(profile, 2.0)
     assert doubled.eager.memory_bytes == pytest.approx(2 * profile.eager.memory_bytes)
     assert doubled.eager.conv_flops == pytest.approx(2 * profile.eager.conv_flops)
