@@ -29,6 +29,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from trainplan.measure.microbench import Measurement
 
@@ -57,21 +58,14 @@ def activation_rate_gb_s(*, channels: int = 64, side: int = 32, batch: int = 16,
         return Measurement(ACTIVATION_NAME, None, "GB/s", "cpu", "", note="needs torch")
     from trainplan.measure.microbench import _best_rate
 
-    nn = torch.nn
-    x = torch.randn(batch, channels, side, side, requires_grad=True)
-    g = torch.randn(batch, channels, side, side)
-    cnn = nn.Sequential(nn.BatchNorm2d(channels), nn.ReLU())
-    mlp = nn.Sequential(nn.LayerNorm(side), nn.GELU())
-    saved = 2 * 2 * x.numel() * x.element_size()  # the saved bytes; bytes_per_saved_byte() counts the bytes moved
+    pairs, saved = _element_wise_pairs(torch, channels, side, batch)
 
     def once() -> float:
         s = time.perf_counter()
-        for block in (cnn, mlp):
-            block(x).backward(g)
-        x.grad = None
+        pairs()
         return time.perf_counter() - s
 
-    rate, reps = _best_rate(once, float(saved), budget_s)
+    rate, reps = _best_rate(once, saved, budget_s)
     method = (f"BatchNorm2d+ReLU and LayerNorm+GELU forward+backward on {batch}x{channels}x{side}x{side} fp32, "
               f"{torch.get_num_threads()} threads, best of {reps}")  # fmt: skip
     return Measurement(ACTIVATION_NAME, rate / 1e9, "GB/s", "cpu", method, time.perf_counter() - t0)
@@ -85,14 +79,27 @@ def bytes_per_saved_byte(*, channels: int = 64, side: int = 32, batch: int = 16)
 
     from trainplan.estimate.trace.flops import FlopTally
 
+    pairs, saved = _element_wise_pairs(torch, channels, side, batch)
+    tally = FlopTally()
+    with tally:
+        pairs()
+    return tally.memory_bytes / saved
+
+
+def _element_wise_pairs(torch: Any, channels: int, side: int, batch: int) -> tuple[Callable[[], None], float]:
+    """The reference pairs' forward + backward as one call, and the bytes they save: ``BatchNorm2d → ReLU`` and
+    ``LayerNorm → GELU`` on one ``batch × channels × side × side`` fp32 input of n bytes, each saving 2n."""
     nn = torch.nn
     x = torch.randn(batch, channels, side, side, requires_grad=True)
     g = torch.randn(batch, channels, side, side)
-    tally = FlopTally()
-    with tally:
-        for block in (nn.Sequential(nn.BatchNorm2d(channels), nn.ReLU()), nn.Sequential(nn.LayerNorm(side), nn.GELU())):
+    blocks = (nn.Sequential(nn.BatchNorm2d(channels), nn.ReLU()), nn.Sequential(nn.LayerNorm(side), nn.GELU()))
+
+    def run() -> None:
+        for block in blocks:
             block(x).backward(g)
-    return tally.memory_bytes / (2 * 2 * x.numel() * x.element_size())
+        x.grad = None
+
+    return run, float(2 * 2 * x.numel() * x.element_size())
 
 
 def operator_overhead_us(*, reps: int = 200) -> Measurement:
