@@ -20,6 +20,7 @@ LAYERS: dict[str, int] = {
     "trainplan.errors": 0,
     "trainplan.files": 0,
     "trainplan.model": 0,
+    "trainplan.hfconfig": 0,
     "trainplan.strategies": 0,
     "trainplan.catalog": 1,
     "trainplan.spec": 2,

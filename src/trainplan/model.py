@@ -33,6 +33,52 @@ PositiveFloat = Annotated[float, Field(gt=0)]
 DEFAULT_LEARNED_POSITIONS = 1024
 
 
+class MoE(BaseModel):
+    """The mixture-of-experts part of a decoder (Shazeer et al. 2017; Fedus et al. 2021; DeepSeekMoE, Dai et al. 2024).
+
+    Every layer not in ``dense_layers`` replaces its MLP by a router over ``experts`` gated experts of width
+    ``expert_ffn_hidden``, of which each token uses ``top_k``, plus (DeepSeekMoE, Qwen-MoE) an always-on shared
+    MLP of width ``shared_ffn_hidden`` (the shared experts' widths added: DeepSeek's ``n_shared_experts ×
+    moe_intermediate_size``).  The dense layers keep the model's ``ffn_hidden``.
+    """
+
+    model_config = STRICT
+
+    experts: PositiveInt  # routed experts per MoE layer
+    top_k: PositiveInt  # experts each token is routed to
+    expert_ffn_hidden: PositiveInt
+    shared_ffn_hidden: Annotated[int, BeforeValidator(_no_bool), Field(ge=0)] = 0
+    shared_gate: bool = False  # Qwen2-MoE: sigmoid(Linear(h, 1)) scales the shared expert's output
+    router_bias: bool = False  # gpt-oss: the router Linear has a bias
+    expert_bias: bool = False  # gpt-oss: every expert projection has a bias
+    dense_layers: tuple[Annotated[int, Field(ge=0)], ...] = ()  # indices of the layers that keep a dense MLP
+
+    @model_validator(mode="after")
+    def _check(self) -> "MoE":
+        if self.top_k > self.experts:
+            raise ValueError(f"top_k ({self.top_k}) must not exceed experts ({self.experts})")
+        if len(set(self.dense_layers)) != len(self.dense_layers):
+            raise ValueError("dense_layers lists a layer twice")
+        return self
+
+
+class MLA(BaseModel):
+    """Multi-head latent attention (DeepSeek-V2, arXiv 2405.04434, Sec. 2.1): low-rank queries and a compressed,
+    shared key-value latent with a decoupled rotary part."""
+
+    model_config = STRICT
+
+    q_lora_rank: PositiveInt | None = None  # None: queries by one full projection (DeepSeek-V2-Lite)
+    kv_lora_rank: PositiveInt
+    qk_nope_head_dim: PositiveInt
+    qk_rope_head_dim: PositiveInt
+    v_head_dim: PositiveInt
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+
 class ModelArch(BaseModel):
     """A transformer architecture, given inline or read from a preset."""
 
@@ -55,6 +101,18 @@ class ModelArch(BaseModel):
     max_seq_len: PositiveInt | None = None
     extra_embedding_params: Annotated[int, Field(ge=0)] = 0
     dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0  # dropout probability in training (attention and residual)
+    # --- attention and block details of the 2024-2026 families (all optional: None / 0 = absent)
+    attention_bias: Literal["qkv", "qkvo"] | None = None  # Qwen2: biases on q, k, v; gpt-oss: and on o
+    qk_norm: Literal["head", "full"] | None = None  # RMSNorm of q and k: per head (Qwen3, Gemma 3) or full width (OLMoE)
+    attention_sinks: bool = False  # gpt-oss: one learned sink logit per head
+    block_norms: Literal[2, 4] = 2  # Gemma 2/3: pre- and post-norms around attention and MLP
+    sliding_window: PositiveInt | None = None
+    sliding_layers: Annotated[int, Field(ge=0)] = 0  # how many layers attend within sliding_window
+    final_logit_softcap: PositiveFloat | None = None  # Gemma 2: logits = cap · tanh(logits / cap)
+    moe: MoE | None = None
+    mla: MLA | None = None
+    mtp_layers: Annotated[int, Field(ge=0)] = 0  # DeepSeek-V3 multi-token-prediction modules (not built by transformers)
+    hf_model_type: str | None = None  # the Hugging Face family the architecture was read from
     params: PositiveInt | None = None  # published count, used as a check
     name: str | None = None
 
@@ -63,9 +121,37 @@ class ModelArch(BaseModel):
         kv = self.kv_heads or self.heads
         if self.heads % kv:
             raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({kv})")
-        if self.head_dim is None and self.hidden % self.heads:
+        if self.head_dim is None and self.hidden % self.heads and self.mla is None:
             raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads}) or head_dim given")
+        if self.sliding_layers and self.sliding_window is None:
+            raise ValueError("sliding_layers needs sliding_window")
+        if self.sliding_layers > self.layers:
+            raise ValueError(f"sliding_layers ({self.sliding_layers}) must not exceed layers ({self.layers})")
+        if self.moe is not None:
+            if self.arch != "decoder":
+                raise ValueError("moe is modelled for decoders only")
+            bad = [i for i in self.moe.dense_layers if i >= self.layers]
+            if bad:
+                raise ValueError(f"moe.dense_layers: layer {bad[0]} does not exist (layers: {self.layers})")
+        if self.mtp_layers and (self.moe is None or self.mla is None):
+            raise ValueError("mtp_layers is modelled for DeepSeek-V3-style (MoE + MLA) models only")
         return self
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers whose MLP is a mixture of experts."""
+        return 0 if self.moe is None else self.layers - len(self.moe.dense_layers)
+
+    @property
+    def dense_mlp_layers(self) -> int:
+        return self.layers - self.moe_layers
+
+    @property
+    def plain(self) -> bool:
+        """No feature beyond the Llama / GPT-2 / BERT / T5 shapes that :func:`hf_config` can write back."""
+        return (self.moe is None and self.mla is None and self.attention_bias is None and self.qk_norm is None
+                and not self.attention_sinks and self.block_norms == 2 and not self.sliding_layers
+                and self.final_logit_softcap is None and not self.mtp_layers)  # fmt: skip
 
     # ------------------------------------------------------------------ derived counts
 
@@ -99,71 +185,18 @@ class UnsupportedArchitecture(ValueError):
     """No Hugging Face class builds this architecture (trace and run need one)."""
 
 
-def arch_from_hf_config(cfg: dict[str, Any]) -> ModelArch:
-    """Read a Hugging Face ``config.json`` mapping as a :class:`ModelArch`.
-
-    Raises ``ValueError`` (or pydantic's ``ValidationError``) on configs it cannot read.
-    """
-    mt = str(cfg.get("model_type", "")).lower()
-
-    def first(*keys: str, default: Any = None) -> Any:
-        for k in keys:
-            if cfg.get(k) is not None:
-                return cfg[k]
-        return default
-
-    hidden = first("hidden_size", "n_embd", "d_model")
-    heads = first("num_attention_heads", "n_head", "num_heads")
-    layers = first("num_hidden_layers", "n_layer", "num_layers")
-    if hidden is None or heads is None or layers is None:
-        raise ValueError("config.json lacks hidden size, attention heads or layer count")
-    out: dict[str, Any] = {
-        "layers": layers,
-        "hidden": hidden,
-        "heads": heads,
-        "kv_heads": first("num_key_value_heads", default=heads),
-        "vocab": first("vocab_size"),
-        "tied_embeddings": bool(first("tie_word_embeddings", default=mt in ("gpt2", "t5", "opt", "bert"))),
-        "max_seq_len": first("max_position_embeddings", "n_positions", "n_ctx"),
-        "name": first("_name_or_path", default=mt or None) or None,
-        # BERT hidden_dropout_prob, GPT-2 resid_pdrop, OPT dropout, T5 dropout_rate, Llama attention_dropout
-        "dropout": float(first("hidden_dropout_prob", "resid_pdrop", "dropout", "dropout_rate", "attention_dropout",
-                               default=0.0) or 0.0),  # fmt: skip
-    }
-    if cfg.get("head_dim") is not None and cfg["head_dim"] * heads != hidden:
-        out["head_dim"] = cfg["head_dim"]
-    if mt in ("llama", "mistral", "qwen2", "gemma"):
-        out.update(mlp="swiglu", ffn_hidden=cfg["intermediate_size"], position="rope", norm="rmsnorm", bias=False)
-    elif mt == "gpt2":
-        out.update(mlp="gelu", ffn_hidden=first("n_inner", default=4 * hidden), position="learned",
-                   norm="layernorm", bias=True)  # fmt: skip
-    elif mt == "opt":
-        out.update(mlp="gelu", ffn_hidden=cfg["ffn_dim"], position="learned", norm="layernorm", bias=True,
-                   extra_embedding_params=2 * hidden)  # fmt: skip
-    elif mt == "bert":
-        out.update(arch="encoder", mlp="gelu", ffn_hidden=cfg["intermediate_size"], position="learned",
-                   norm="layernorm", bias=True)  # fmt: skip
-    elif mt == "t5":
-        d_kv = cfg.get("d_kv", hidden // heads)
-        out.update(arch="encoder-decoder", mlp="swiglu" if "gated" in str(cfg.get("feed_forward_proj", "")) else "gelu",
-                   ffn_hidden=cfg["d_ff"], position="relative", norm="rmsnorm", bias=False,
-                   decoder_layers=cfg.get("num_decoder_layers") or layers)  # fmt: skip
-        if d_kv * heads != hidden:
-            out["head_dim"] = d_kv
-    else:
-        ffn = first("intermediate_size", "ffn_dim", "n_inner", "d_ff")
-        if ffn is None:
-            raise ValueError(f"unsupported model_type {mt!r}; give the architecture as a mapping")
-        out.update(ffn_hidden=ffn, mlp="swiglu" if cfg.get("hidden_act") == "silu" else "gelu")
-    return ModelArch(**out)
-
-
 def hf_model_type(arch: ModelArch) -> str:
     """The Hugging Face class family that builds exactly ``arch``, or raise :class:`UnsupportedArchitecture`.
 
     Llama (``LlamaForCausalLM``): decoder, rotary positions, RMSNorm, gated SiLU MLP.
     GPT-2 (``GPT2LMHeadModel``): decoder, learned positions, LayerNorm with biases, GELU MLP.
     """
+    if not arch.plain:
+        raise UnsupportedArchitecture(
+            f"{arch.hf_model_type or 'this'} architecture (mixture of experts, latent attention, sliding windows, "
+            "q/k norms or attention biases) is planned, not built: trace and run build Llama-style and GPT-2-style "
+            "decoders only"
+        )
     if arch.arch == "decoder" and arch.position == "rope" and arch.norm == "rmsnorm" and arch.mlp == "swiglu":
         return "llama"
     if arch.arch == "decoder" and arch.position == "learned" and arch.norm == "layernorm" and arch.mlp == "gelu" and arch.bias:

@@ -24,7 +24,8 @@ from trainplan.catalog.loader import (
     load_catalog,
 )
 from trainplan.errors import CatalogError, SpecError
-from trainplan.model import ModelArch, arch_from_hf_config
+from trainplan.hfconfig import arch_from_hf_config
+from trainplan.model import ModelArch
 
 __all__ = [
     "DATA_DIR",

@@ -101,11 +101,14 @@ def memory_bound_bytes_per_token(arch: ModelArch, precision: Precision) -> float
     a = precision.compute_bytes
     r = 4 if precision.mixed else a
     h, f = arch.hidden, arch.ffn_hidden
+    if arch.moe is not None:  # per token: top_k routed experts and the shared expert, averaged with dense layers
+        moe_f = arch.moe.top_k * arch.moe.expert_ffn_hidden + arch.moe.shared_ffn_hidden
+        f = (arch.dense_mlp_layers * f + arch.moe_layers * moe_f) / arch.layers
     norm = 2 * r * h + ((r + a) * h if r != a else 0)
     residual = (2 * r + a) * h
     activation = (5 if arch.mlp == "swiglu" else 2) * a * f
     rotary = 2 * a * (attention_inner_dim(arch) + kv_inner_dim(arch)) if arch.position == "rope" else 0
-    return float(2 * norm + 2 * residual + activation + rotary)
+    return float(arch.block_norms * norm + 2 * residual + activation + rotary)
 
 
 def training_step_flops(

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from trainplan.catalog import Catalog, get_catalog, resolve_model
 from trainplan.estimate import architecture as arch_mod
 from trainplan.estimate.compose import compose
+from trainplan.estimate.hf_check import CountMismatch, check_model_file
 from trainplan.estimate.compute import memory_bound_bytes_per_token, training_step_flops
 from trainplan.estimate.memory import (
     checkpointed_activation_bytes,
@@ -27,6 +28,7 @@ from trainplan.estimate.result import Estimate, Hardware
 from trainplan.estimate.stack import Knobs, effective_knobs
 from trainplan.estimate.steptime import matmul_efficiency
 from trainplan.model import ModelArch
+from trainplan.errors import SpecError
 from trainplan.spec import Checkpointing, FlashAttention, Method, Precision, Stack, TransformerJob
 from trainplan.strategies import Strategy
 
@@ -54,6 +56,10 @@ class TransformerModel:
 def resolve_transformer(job: TransformerJob, catalog: Catalog | None = None) -> TransformerModel:
     """Resolve the job's model and its trainable / frozen split."""
     arch = resolve_model(job.model, catalog)
+    try:
+        check_model_file(job.model)
+    except CountMismatch as exc:
+        raise SpecError(str(exc), field="model") from None
     counts = arch_mod.param_counts(arch, job.seq_len)
     lora = job.lora_spec
     e16 = 4 if job.precision is Precision.FP32 else 2
@@ -62,6 +68,10 @@ def resolve_transformer(job: TransformerJob, catalog: Catalog | None = None) -> 
         trainable_matmul = float(counts.matmul_per_token)
     else:
         adapters = arch_mod.lora_params(arch, lora)
+        if adapters == 0:
+            names = sorted(arch_mod.linear_shapes(arch))
+            raise SpecError(f"none of {', '.join(lora.targets)} is a linear layer of this model; its layers: "
+                            f"{', '.join(names)} (or all-linear)", field="lora.targets")
         trainable = adapters
         if job.method is Method.QLORA:
             # 4-bit NF4 base weights in the blocks; embeddings, head and norms stay 16-bit (QLoRA paper Sec. 3).
@@ -69,8 +79,7 @@ def resolve_transformer(job: TransformerJob, catalog: Catalog | None = None) -> 
         else:
             frozen_bytes = counts.total * e16
         trainable_matmul = 0.0
-    # Adafactor's factored second moment: rows + columns per matrix (Shazeer & Stern 2018, Sec. 3).
-    factored = arch.blocks * sum(i + o for i, o in arch_mod.linear_shapes(arch).values()) + 2 * (arch.vocab + arch.hidden)
+    factored = arch_mod.factored_dims(arch)
     vectors = counts.block_other
     ada = (factored + vectors) / max(1, counts.total)
     return TransformerModel(arch, counts, trainable, frozen_bytes, adapters, trainable_matmul, ada)
@@ -102,17 +111,16 @@ def _attention_output_copy(job: TransformerJob, arch: ModelArch, k: Knobs) -> bo
     return lora is None or bitsandbytes or "o_proj" in arch_mod.lora_targets(arch, lora)
 
 
-def block_activation_bytes(job: TransformerJob, arch: ModelArch, knobs: Knobs | None = None) -> float:
-    """Activations all transformer blocks keep for backward, for one micro-batch."""
-    k = knobs or Knobs(stack=job.stack)
-    per_layer = layer_activation_bytes(
+def _layer_bytes(job: TransformerJob, arch: ModelArch, k: Knobs, ffn_hidden: int) -> float:
+    """Activations one block keeps (Korthikanti et al. 2022 term by term, ``memory.layer_activation_bytes``)."""
+    return layer_activation_bytes(
         seq_len=job.seq_len,
         micro_batch=job.micro_batch,
         hidden=arch.hidden,
         heads=arch.heads,
-        q_dim=arch_mod.attention_inner_dim(arch),
+        q_dim=arch_mod.kv_inner_dim(arch) if arch.mla is not None else arch_mod.attention_inner_dim(arch),
         kv_dim=arch_mod.kv_inner_dim(arch),
-        ffn_hidden=arch.ffn_hidden,
+        ffn_hidden=ffn_hidden,
         mlp=arch.mlp,
         norm=arch.norm,
         precision=job.precision,
@@ -123,17 +131,69 @@ def block_activation_bytes(job: TransformerJob, arch: ModelArch, knobs: Knobs | 
         frozen_norms=job.lora_spec is not None,
         autocast_softmax=job.precision.mixed,
         attention_output_copy=_attention_output_copy(job, arch, k),
-    )
+    ) + job.seq_len * job.micro_batch * (mla_latent_bytes_per_token(arch, job.precision) + block_norm_extra_bytes_per_token(
+        arch, job.precision, trainable=job.lora_spec is None))
+
+
+def mla_latent_bytes_per_token(arch: ModelArch, precision: Precision) -> float:
+    """What MLA keeps beyond a standard attention's Q, K, V (transformers ``DeepseekV3Attention``): the
+    low-rank query and key-value latents before and after their RMSNorms, and kv_b_proj's output before
+    it is split into the no-rope key and the value (each e bytes per element)."""
+    if arch.mla is None:
+        return 0.0
+    m, e = arch.mla, precision.compute_bytes
+    latents = (m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_rope_head_dim
+    return e * (2 * latents + arch.heads * (m.qk_nope_head_dim + m.v_head_dim))
+
+
+def block_norm_extra_bytes_per_token(arch: ModelArch, precision: Precision, *, trainable: bool) -> float:
+    """Gemma 2/3's two post-norms (four norms per block: Gemma 2 report Sec. 2) keep what a norm keeps."""
+    extra = arch.block_norms - 2
+    return extra * norm_saved_bytes_per_token(arch.hidden, arch.norm, precision, weight_trainable=trainable) if extra else 0.0
+
+
+def routed_expert_bytes(job: TransformerJob, arch: ModelArch) -> float:
+    """Activations of one MoE layer's router and routed experts, for one micro-batch.
+
+    transformers' experts loop (``MixtralExperts.forward``; Qwen-MoE, OLMoE, DeepSeek and gpt-oss alike)
+    gathers each expert's tokens, so an expert that trains keeps per routed token: the gathered input (e·h,
+    for its weight gradient), the gate/up output that the activation keeps (2e·f), the activation's output
+    and the product that down_proj keeps (2e·f), and down_proj's output that the routing-weight product keeps
+    (e·h).  Frozen experts (LoRA) keep only what the input gradient needs: gate/up output and the activation's
+    output (3e·f; autograd saves a matmul's input only for its weight's gradient, ``derivatives.yaml``).
+    The router keeps its fp32 softmax (4 bytes per expert; Mixtral ``softmax(..., dtype=torch.float)``) and
+    logits (e).  Without expert parallelism every routed token lives on the one device, so the total is exact
+    at top_k × tokens whatever the routing imbalance (dropless routing: no capacity factor).
+    """
+    if arch.moe is None:
+        return 0.0
+    m, e = arch.moe, job.precision.compute_bytes
+    tokens = job.seq_len * job.micro_batch
+    per_routed = e * (2 * arch.hidden + 4 * m.expert_ffn_hidden) if job.lora_spec is None else 3 * e * m.expert_ffn_hidden
+    return tokens * (m.top_k * per_routed + m.experts * (4 + e))
+
+
+def block_activation_bytes(job: TransformerJob, arch: ModelArch, knobs: Knobs | None = None) -> float:
+    """Activations all transformer blocks keep for backward, for one micro-batch."""
+    k = knobs or Knobs(stack=job.stack)
+    dense = _layer_bytes(job, arch, k, arch.ffn_hidden)
+    if arch.moe is None:
+        per_layer, total = dense, arch.blocks * dense
+    else:
+        moe = _layer_bytes(job, arch, k, arch.moe.shared_ffn_hidden) + routed_expert_bytes(job, arch)
+        moe_blocks = arch.moe_layers + arch.mtp_layers
+        per_layer = max(moe, dense if arch.dense_mlp_layers else 0.0)
+        total = arch.dense_mlp_layers * dense + moe_blocks * moe
     if job.activation_checkpointing is Checkpointing.FULL:
         return checkpointed_activation_bytes(
-            layers=arch.blocks,
+            layers=arch.blocks + arch.mtp_layers,
             layer_bytes=per_layer,
             seq_len=job.seq_len,
             micro_batch=job.micro_batch,
             hidden=arch.hidden,
             precision=job.precision,
         )
-    return arch.blocks * per_layer
+    return total
 
 
 def head_activation_bytes(job: TransformerJob, arch: ModelArch, knobs: Knobs | None = None) -> float:
@@ -146,6 +206,9 @@ def head_activation_bytes(job: TransformerJob, arch: ModelArch, knobs: Knobs | N
     if arch.has_lm_head:
         head += logits_bytes(seq_len=job.seq_len, micro_batch=job.micro_batch, vocab=arch.vocab, precision=job.precision,
                              hidden=arch.hidden, loss=k.loss, chunks=k.loss_chunks, compiled=k.compile)  # fmt: skip
+        if arch.final_logit_softcap and not k.compile:
+            # Gemma 2: logits = cap · tanh(logits / cap); tanh keeps its output for backward (derivatives.yaml)
+            head += tokens * arch.vocab * job.precision.compute_bytes
     return head
 
 
@@ -169,6 +232,21 @@ def device_and_host_activation_bytes(job: TransformerJob, arch: ModelArch, knobs
     return head + in_flight, blocks - in_flight
 
 
+def attention_flops_width(arch: ModelArch, seq_len: int) -> float:
+    """The width w in the 4·s·w per token per layer of score and value FLOPs (PaLM App. B), averaged over layers.
+
+    A sliding-window layer (Mistral; Gemma 2/3 local layers; gpt-oss) attends to min(s, window) keys, so its
+    share is scaled by min(s, window) / s (Beltagy et al. 2020, "Longformer", Sec. 3: O(n·w)); the causal
+    halving of a fused kernel is then applied to every layer alike.
+    """
+    width = arch_mod.attention_inner_dim(arch)
+    if not arch.sliding_layers or arch.sliding_window is None:
+        return float(width)
+    full = arch.layers - arch.sliding_layers
+    local = arch.sliding_layers * min(seq_len, arch.sliding_window) / seq_len
+    return width * (full + local) / arch.layers
+
+
 def transformer_profile(job: TransformerJob, catalog: Catalog | None = None, *, model: TransformerModel | None = None) -> StepProfile:
     """One micro-batch step of ``job`` from the formulas: parameters, FLOPs, memory by category."""
     cat = catalog or get_catalog()
@@ -180,9 +258,9 @@ def transformer_profile(job: TransformerJob, catalog: Catalog | None = None, *, 
         matmul_params=m.counts.matmul_per_token,
         trainable_matmul_params=m.trainable_matmul,
         adapter_params=m.adapter_params,
-        layers=arch.blocks,
+        layers=arch.blocks + arch.mtp_layers,
         seq_len=job.seq_len,
-        attn_dim=arch_mod.attention_inner_dim(arch),
+        attn_dim=attention_flops_width(arch, job.seq_len),
         checkpointing=job.activation_checkpointing,
         lm_head_params=arch.vocab * arch.hidden if arch.has_lm_head else 0,
         causal_fused_attention=_flash(job) and arch.arch == "decoder",
@@ -193,7 +271,7 @@ def transformer_profile(job: TransformerJob, catalog: Catalog | None = None, *, 
     matmul_weights = m.counts.block_linear + arch.vocab * arch.hidden
     autocast = 2.0 * matmul_weights if job.precision.mixed and job.method is Method.FULL else 0.0
     device_acts, host_acts = device_and_host_activation_bytes(job, arch, knobs)
-    largest_linear = max(i * o for i, o in arch_mod.linear_shapes(arch).values())
+    largest_linear = arch_mod.largest_linear_params(arch)
     # a fused optimizer steps tensor by tensor in place, and so does one that steps inside backward
     foreach = 0.0 if knobs.fused_optimizer or knobs.optimizer_in_backward else optimizer_foreach_temporary_bytes(m.trainable, job.optimizer)
     return StepProfile(

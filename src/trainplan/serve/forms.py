@@ -19,7 +19,7 @@ import yaml
 from trainplan.catalog import find_accelerator, get_catalog
 from trainplan.errors import SpecError, TrainplanError
 from trainplan.estimate.hardware import hardware_for_gpu
-from trainplan.model import arch_from_hf_config
+from trainplan.estimate.hf_check import read_hf_config
 from trainplan.planner.calibrated import efficiency_lookup
 from trainplan.planner.core import estimate_option, plan_job
 from trainplan.planner.this_machine import is_this_machine
@@ -89,7 +89,7 @@ def _model(form: Mapping[str, Any]) -> Any:
     if not isinstance(cfg, dict):
         raise SpecError("pasted config.json must be a JSON object", field="model")
     try:
-        arch = arch_from_hf_config(cfg)
+        arch = read_hf_config(cfg)
     except (ValueError, KeyError, TypeError) as exc:
         raise SpecError(f"cannot read the pasted config.json: {str(exc).splitlines()[0]}", field="model") from None
     return arch.model_dump(mode="json", exclude_none=True, exclude_defaults=True)

@@ -1,0 +1,108 @@
+"""Cross-check of trainplan's parameter count against transformers building the same config on the meta device.
+
+transformers is the reference for what a ``config.json`` builds (``accelerate estimate-memory`` counts the same
+way: ``init_empty_weights`` then ``sum(p.numel())``).  The build allocates nothing (meta tensors), takes
+0.02-1 s, and is cached per config; it runs only where transformers is installed, and reading a config never
+depends on it.  DeepSeek-V3's multi-token-prediction modules are not built by transformers (its
+``_keys_to_ignore_on_load_unexpected`` drops them) and are left out of the comparison.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import warnings
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from trainplan.estimate.architecture import param_counts
+from trainplan.hfconfig import arch_from_hf_config
+from trainplan.model import ModelArch
+
+
+class CountMismatch(ValueError):
+    """trainplan's count differs from transformers': the architecture is not understood exactly."""
+
+
+def transformers_available() -> bool:
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@lru_cache(maxsize=256)
+def _count(cfg_json: str) -> int | None:
+    import torch
+    import transformers
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = json.loads(cfg_json)
+    mt = cfg.pop("model_type")
+    try:
+        config = AutoConfig.for_model(mt, **cfg)
+    except (ValueError, KeyError):
+        return None  # this transformers release does not know the family
+    previous = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()), torch.device("meta"):
+            warnings.simplefilter("ignore")
+            logging.disable(logging.WARNING)
+            model = AutoModelForCausalLM.from_config(config)
+    finally:
+        logging.disable(logging.NOTSET)
+        transformers.logging.set_verbosity(previous)
+    return sum(p.numel() for p in model.parameters())
+
+
+def transformers_param_count(cfg: dict[str, Any]) -> int | None:
+    """Parameters of the causal LM transformers builds from ``cfg`` on the meta device; None where transformers
+    (or this family in the installed release) is missing."""
+    if not transformers_available():
+        return None
+    keep = {k: v for k, v in cfg.items() if k not in ("architectures", "auto_map", "quantization_config",
+                                                      "_name_or_path", "transformers_version")}  # fmt: skip
+    return _count(json.dumps(keep, sort_keys=True, default=str))
+
+
+def cross_check(arch: ModelArch, cfg: dict[str, Any]) -> int | None:
+    """Compare ``arch``'s count (read from ``cfg``) with transformers'; raise :class:`CountMismatch` on a
+    difference, return transformers' count (None when it could not be built here)."""
+    reference = transformers_param_count(cfg)
+    if reference is None:
+        return None
+    counts = param_counts(arch)
+    ours = counts.total - counts.mtp
+    if ours != reference:
+        raise CountMismatch(
+            f"{arch.hf_model_type} config: trainplan counts {ours:,} parameters, transformers builds {reference:,} "
+            f"({ours - reference:+,}); refusing to plan a model it does not read exactly"
+        )
+    return reference
+
+
+def read_hf_config(cfg: dict[str, Any]) -> ModelArch:
+    """``cfg`` read by trainplan and, where transformers is installed, checked against the model transformers
+    builds from it: a mismatch raises :class:`CountMismatch`, never a plan."""
+    arch = arch_from_hf_config(cfg)
+    if arch.hf_model_type:
+        cross_check(arch, cfg)
+    return arch
+
+
+def check_model_file(model: object) -> None:
+    """Cross-check a job's ``model:`` when it names a ``config.json`` (presets are checked by the tests)."""
+    if not isinstance(model, str) or not model.endswith(".json"):
+        return
+    try:
+        cfg = json.loads(Path(model).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # resolve_model has already reported an unreadable file
+    if isinstance(cfg, dict):
+        read_hf_config(cfg)

@@ -1,0 +1,430 @@
+"""Reading a Hugging Face ``config.json`` as a :class:`~trainplan.model.ModelArch`: understood completely, or refused.
+
+One reader per claimed ``model_type``.  Each consumes the keys that change parameters, FLOPs or memory and
+names the keys it knows to change none of them (:data:`INERT_KEYS`, with the reason); any other key, or a
+value the reader does not model (``mlp_bias: true``, a ``moe_layer_freq`` above 1 …), is refused in one line
+(:class:`ConfigRefused`).  A ``model_type`` without a reader is refused too: reading a mixture-of-experts
+config as a dense Llama was the silent error this module exists to prevent.
+
+Key names and the layer structure each reader assumes follow the transformers configuration and modeling
+files of each family (``models/<family>/configuration_*.py`` and ``modeling_*.py``, transformers 5.x); the
+parameter counts that follow from them are cross-checked against transformers building the model on the
+meta device (``estimate/hf_check.py``) and tested for every family in ``tests/test_hf_families.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from trainplan.model import MLA, ModelArch, MoE
+
+
+class ConfigRefused(ValueError):
+    """A config that trainplan cannot read exactly: the message names the key and what is allowed."""
+
+
+# Keys that change neither parameters, FLOPs nor memory of a training step, with the reason.
+INERT_KEYS: dict[str, str] = {
+    **dict.fromkeys(("architectures", "model_type", "transformers_version", "_name_or_path", "name_or_path", "auto_map",
+                     "torch_dtype", "dtype", "use_cache", "cache_implementation", "output_attentions",
+                     "output_hidden_states", "return_dict", "torchscript", "_attn_implementation",
+                     "attn_implementation", "id2label", "label2id", "task_specific_params", "problem_type",
+                     "tokenizer_class", "chat_template", "is_encoder_decoder", "bad_words_ids",
+                     "keys_to_ignore_at_inference", "license", "language", "sequence_length",
+                     "output_scores", "return_dict_in_generate", "tf_legacy_loss", "use_bfloat16"),
+                    "bookkeeping or inference-only"),  # fmt: skip
+    **dict.fromkeys(("bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id",
+                     "image_token_index", "boi_token_index", "eoi_token_index"), "token ids"),
+    **dict.fromkeys(("initializer_range", "initializer_factor", "init_std", "initializer_cutoff_factor"), "initialisation"),
+    **dict.fromkeys(("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps"), "a norm's epsilon"),
+    **dict.fromkeys(("rope_theta", "rope_scaling", "rope_parameters", "rope_local_base_freq", "rope_interleave",
+                     "partial_rotary_factor", "original_max_position_embeddings", "rope_type"),
+                    "rotary frequencies (no parameters; rotary cost is per q/k element whatever the base)"),  # fmt: skip
+    **dict.fromkeys(("hidden_act", "hidden_activation", "activation_function"),
+                    "the MLP's activation (a gated MLP has three matrices whatever its non-linearity)"),
+    **dict.fromkeys(("output_router_logits", "router_aux_loss_coef", "router_jitter_noise", "aux_loss_alpha",
+                     "seq_aux", "norm_topk_prob", "routed_scaling_factor", "scoring_func", "topk_method", "n_group",
+                     "topk_group", "ep_size", "router_z_loss_coef", "swiglu_limit", "swiglu_alpha"),
+                    "routing hyper-parameters (which experts a token picks, not how many or how large)"),  # fmt: skip
+    **dict.fromkeys(("query_pre_attn_scalar", "attn_logit_softcapping", "clip_qkv", "pretraining_tp",
+                     "attention_multiplier", "embedding_multiplier"),
+                    "a scalar applied inside attention or the embedding (no parameters; element-wise cost)"),
+    **dict.fromkeys(("chunk_size_feed_forward",), "feed-forward chunking, which none of these families' modeling code applies"),
+    **dict.fromkeys(("quantization_config",),
+                    "the checkpoint's storage format; training runs in the job's precision (method: qlora quantises)"),
+    **dict.fromkeys(("max_position_embeddings", "n_positions", "n_ctx", "max_window_layers", "use_sliding_window",
+                     "sliding_window_pattern", "_sliding_window_pattern"),
+                    "read where the family uses it (rotary families: no position table)"),
+    **dict.fromkeys(("attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop",
+                     "hidden_dropout_prob", "dropout", "dropout_rate"), "dropout (read as the block's dropout)"),
+}
+
+
+def _first(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
+    for k in keys:
+        if cfg.get(k) is not None:
+            return cfg[k]
+    return default
+
+
+def _need(cfg: dict[str, Any], key: str, mt: str) -> Any:
+    if cfg.get(key) is None:
+        raise ConfigRefused(f"{mt} config lacks {key}")
+    return cfg[key]
+
+
+def _refuse_unknown(cfg: dict[str, Any], mt: str, consumed: set[str]) -> None:
+    unknown = sorted(k for k in cfg if k not in consumed and k not in INERT_KEYS and not k.startswith("_"))
+    if unknown:
+        raise ConfigRefused(
+            f"{mt} config key {unknown[0]!r} is not modelled (it may change parameters, FLOPs or memory); "
+            f"trainplan reads {', '.join(sorted(consumed))} and ignores only keys that change none of them"
+        )
+
+
+def _sliding(cfg: dict[str, Any], mt: str, layers: int, default_types: Callable[[int], list[str]] | None) -> dict[str, Any]:
+    """sliding_window and how many layers use it, from ``layer_types`` or the family's default pattern."""
+    window = cfg.get("sliding_window")
+    types = cfg.get("layer_types")
+    if types is None:
+        types = default_types(layers) if default_types else (["sliding_attention"] * layers if window else [])
+    if types and len(types) != layers:
+        raise ConfigRefused(f"{mt} config: layer_types has {len(types)} entries for {layers} layers")
+    bad = [t for t in types if t not in ("sliding_attention", "full_attention")]
+    if bad:
+        raise ConfigRefused(f"{mt} config: layer_types entry {bad[0]!r} is not modelled; allowed: sliding_attention, full_attention")
+    n = sum(t == "sliding_attention" for t in types)
+    if n and not window:
+        return {}  # sliding layers without a window attend to everything
+    return {"sliding_window": window, "sliding_layers": n} if n else {}
+
+
+def _common(cfg: dict[str, Any], mt: str) -> dict[str, Any]:
+    hidden = _need(cfg, "hidden_size", mt)
+    heads = _need(cfg, "num_attention_heads", mt)
+    out: dict[str, Any] = {
+        "layers": _need(cfg, "num_hidden_layers", mt),
+        "hidden": hidden,
+        "heads": heads,
+        "kv_heads": _first(cfg, "num_key_value_heads", default=heads),
+        "vocab": _need(cfg, "vocab_size", mt),
+        "max_seq_len": cfg.get("max_position_embeddings"),
+        "name": _first(cfg, "_name_or_path", default=mt) or mt,
+        "dropout": float(cfg.get("attention_dropout") or 0.0),
+        "mlp": "swiglu",
+        "position": "rope",
+        "norm": "rmsnorm",
+        "bias": False,
+        "hf_model_type": mt,
+    }
+    if cfg.get("head_dim") is not None and cfg["head_dim"] * heads != hidden:
+        out["head_dim"] = cfg["head_dim"]
+    return out
+
+
+COMMON_KEYS = {"hidden_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers", "vocab_size",
+               "max_position_embeddings", "head_dim", "intermediate_size", "tie_word_embeddings", "attention_dropout"}
+
+
+def _no(cfg: dict[str, Any], mt: str, key: str, allowed: Any = (None, False, 0)) -> None:
+    if cfg.get(key) not in allowed:
+        raise ConfigRefused(f"{mt} config {key}: {cfg[key]!r} is not modelled; allowed: {', '.join(map(str, allowed))}")
+
+
+def _tied(cfg: dict[str, Any], default: bool) -> bool:
+    return bool(cfg.get("tie_word_embeddings", default))
+
+
+# ----------------------------------------------------------------------------- dense families
+
+
+def _llama_like(cfg: dict[str, Any], mt: str, *, tied_default: bool = False) -> dict[str, Any]:
+    out = _common(cfg, mt)
+    out["ffn_hidden"] = _need(cfg, "intermediate_size", mt)
+    out["tied_embeddings"] = _tied(cfg, tied_default)
+    if cfg.get("attention_bias"):
+        out["attention_bias"] = "qkvo"
+    _no(cfg, mt, "mlp_bias")
+    return out
+
+
+def _read_llama(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """Llama 1-3.3 (``LlamaForCausalLM``): attention_bias puts biases on q, k, v and o."""
+    return _llama_like(cfg, mt), COMMON_KEYS | {"attention_bias", "mlp_bias"}
+
+
+def _read_mistral(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """Mistral 7B / Nemo / Small (``MistralForCausalLM``): Llama's layers, an optional sliding window on every layer."""
+    out = _llama_like(cfg, mt)
+    out.update(_sliding(cfg, mt, out["layers"], None))
+    return out, COMMON_KEYS | {"sliding_window", "layer_types"}
+
+
+def _read_qwen2(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """Qwen2 / Qwen2.5 (``Qwen2Attention``: q, k, v with biases, o without); sliding layers from max_window_layers."""
+    out = _common(cfg, mt)
+    out.update(ffn_hidden=_need(cfg, "intermediate_size", mt), tied_embeddings=_tied(cfg, False), attention_bias="qkv")
+    win = cfg.get("sliding_window") if cfg.get("use_sliding_window") else None
+    first = cfg.get("max_window_layers") or 0
+    sliding = dict(cfg, sliding_window=win)
+    out.update(_sliding(sliding, mt, out["layers"],
+                        lambda n: ["sliding_attention" if win and i >= first else "full_attention" for i in range(n)]))
+    return out, COMMON_KEYS | {"sliding_window", "layer_types", "use_sliding_window", "max_window_layers"}
+
+
+def _read_qwen3(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """Qwen3 (``Qwen3Attention``): a per-head RMSNorm on q and k; attention_bias on q, k, v and o."""
+    out, keys = _read_qwen2(cfg, mt)
+    out["attention_bias"] = "qkvo" if cfg.get("attention_bias") else None
+    out["qk_norm"] = "head"
+    return out, keys | {"attention_bias"}
+
+
+def _read_gemma(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """Gemma (``GemmaForCausalLM``): gated GELU MLP, head tied to the embedding, embedding scaled by √h."""
+    out = _llama_like(cfg, mt, tied_default=True)
+    _no(cfg, mt, "use_bidirectional_attention")
+    return out, COMMON_KEYS | {"attention_bias", "mlp_bias", "use_bidirectional_attention"}
+
+
+def _alternate(n: int) -> list[str]:
+    return ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n)]
+
+
+def _read_gemma2(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """Gemma 2: four norms per block (pre and post around attention and MLP), alternating sliding layers,
+    final-logit soft-capping (Gemma 2 report, arXiv 2408.00118, Sec. 2)."""
+    out = _llama_like(cfg, mt, tied_default=True)
+    out["block_norms"] = 4
+    out.update(_sliding(cfg, mt, out["layers"], _alternate))
+    if cfg.get("final_logit_softcapping", 30.0):
+        out["final_logit_softcap"] = float(cfg.get("final_logit_softcapping", 30.0))
+    _no(cfg, mt, "use_bidirectional_attention")
+    return out, COMMON_KEYS | {"attention_bias", "mlp_bias", "sliding_window", "layer_types", "final_logit_softcapping",
+                               "use_bidirectional_attention"}
+
+
+def _read_gemma3_text(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """Gemma 3 text (``Gemma3ForCausalLM``): Gemma 2's block with per-head q/k RMSNorm instead of attention
+    soft-capping, five local layers per global one (Gemma 3 report, arXiv 2503.19786, Sec. 2)."""
+    out = _llama_like(cfg, mt, tied_default=True)
+    out["block_norms"] = 4
+    out["qk_norm"] = "head"
+    pattern = int(cfg.get("sliding_window_pattern") or cfg.get("_sliding_window_pattern") or 6)
+    out.update(_sliding(cfg, mt, out["layers"],
+                        lambda n: ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n)]))
+    if cfg.get("final_logit_softcapping"):
+        out["final_logit_softcap"] = float(cfg["final_logit_softcapping"])
+    _no(cfg, mt, "use_bidirectional_attention")
+    return out, COMMON_KEYS | {"attention_bias", "mlp_bias", "sliding_window", "layer_types", "final_logit_softcapping",
+                               "use_bidirectional_attention", "sliding_window_pattern"}  # fmt: skip
+
+
+def _read_phi3(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """Phi-3 / Phi-4 (``Phi3ForCausalLM``): fused qkv and gate_up projections (the same weights as separate ones)."""
+    out = _common(cfg, mt)
+    out.update(ffn_hidden=_need(cfg, "intermediate_size", mt), tied_embeddings=_tied(cfg, False))
+    out.update(_sliding(cfg, mt, out["layers"], None))
+    out["dropout"] = float(_first(cfg, "resid_pdrop", "attention_dropout", default=0.0) or 0.0)
+    return out, COMMON_KEYS | {"sliding_window", "layer_types", "resid_pdrop", "embd_pdrop"}
+
+
+# ----------------------------------------------------------------------------- mixture-of-experts families
+
+
+def _read_mixtral(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """Mixtral (``MixtralSparseMoeBlock``): every layer routes over num_local_experts gated experts of
+    intermediate_size; no shared expert, no bias (Jiang et al. 2024, arXiv 2401.04088)."""
+    out = _common(cfg, mt)
+    f = _need(cfg, "intermediate_size", mt)
+    out.update(ffn_hidden=f, tied_embeddings=_tied(cfg, False),
+               moe=MoE(experts=_need(cfg, "num_local_experts", mt), top_k=_need(cfg, "num_experts_per_tok", mt),
+                       expert_ffn_hidden=f))  # fmt: skip
+    out.update(_sliding(cfg, mt, out["layers"], None))
+    return out, COMMON_KEYS | {"num_local_experts", "num_experts_per_tok", "sliding_window", "layer_types"}
+
+
+def _experts(cfg: dict[str, Any], mt: str) -> int:
+    """num_experts (the Hub's configs), or num_local_experts (what transformers 5 writes: its attribute_map)."""
+    n = _first(cfg, "num_experts", "num_local_experts")
+    if n is None:
+        raise ConfigRefused(f"{mt} config lacks num_experts")
+    return n
+
+
+def _qwen_moe_dense(cfg: dict[str, Any], layers: int) -> tuple[int, ...]:
+    """Qwen2-MoE / Qwen3-MoE decoder layer: a sparse block unless listed in mlp_only_layers or off the
+    decoder_sparse_step grid (``(i + 1) % step``)."""
+    step = int(cfg.get("decoder_sparse_step") or 1)
+    only = set(cfg.get("mlp_only_layers") or ())
+    return tuple(i for i in range(layers) if i in only or (i + 1) % step)
+
+
+def _read_qwen2_moe(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """Qwen1.5-MoE / Qwen2-MoE: routed experts plus one shared expert scaled by a sigmoid gate; q, k, v biases
+    unless qkv_bias is false (transformers 5 ``Qwen2MoeAttention``)."""
+    out, keys = _read_qwen2(cfg, mt)
+    out["attention_bias"] = "qkv" if cfg.get("qkv_bias", True) else None
+    out["moe"] = MoE(experts=_experts(cfg, mt), top_k=_need(cfg, "num_experts_per_tok", mt),
+                     expert_ffn_hidden=_need(cfg, "moe_intermediate_size", mt),
+                     shared_ffn_hidden=int(cfg.get("shared_expert_intermediate_size") or 0),
+                     shared_gate=bool(cfg.get("shared_expert_intermediate_size")),
+                     dense_layers=_qwen_moe_dense(cfg, out["layers"]))  # fmt: skip
+    return out, keys | {"num_experts", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size",
+                        "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers", "qkv_bias"}  # fmt: skip
+
+
+def _read_qwen3_moe(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """Qwen3-MoE: Qwen3 attention (q/k norms), routed experts only (Qwen3 report, arXiv 2505.09388, Sec. 2)."""
+    out, keys = _read_qwen3(cfg, mt)
+    out["moe"] = MoE(experts=_experts(cfg, mt), top_k=_need(cfg, "num_experts_per_tok", mt),
+                     expert_ffn_hidden=_need(cfg, "moe_intermediate_size", mt),
+                     dense_layers=_qwen_moe_dense(cfg, out["layers"]))  # fmt: skip
+    return out, keys | {"num_experts", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size", "decoder_sparse_step",
+                        "mlp_only_layers"}  # fmt: skip
+
+
+def _read_olmoe(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """OLMoE (``OlmoeAttention``): q and k normalised over their full width (Muennighoff et al. 2024, arXiv 2409.02060)."""
+    out = _llama_like(cfg, mt)
+    out["qk_norm"] = "full"
+    f = _need(cfg, "intermediate_size", mt)
+    out["moe"] = MoE(experts=_experts(cfg, mt), top_k=_need(cfg, "num_experts_per_tok", mt), expert_ffn_hidden=f)
+    return out, COMMON_KEYS | {"attention_bias", "mlp_bias", "num_experts", "num_local_experts", "num_experts_per_tok"}
+
+
+def _read_deepseek(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """DeepSeek-V2 / V3: multi-head latent attention and DeepSeekMoE (shared + fine-grained routed experts);
+    the first first_k_dense_replace layers keep a dense MLP (DeepSeek-V3 report, arXiv 2412.19437, Sec. 2.1)."""
+    out = _common(cfg, mt)
+    layers = out["layers"]
+    out.update(ffn_hidden=_need(cfg, "intermediate_size", mt), tied_embeddings=_tied(cfg, False))
+    out.pop("head_dim", None)
+    _no(cfg, mt, "attention_bias")
+    _no(cfg, mt, "moe_layer_freq", (None, 1))
+    out["mla"] = MLA(q_lora_rank=cfg.get("q_lora_rank"), kv_lora_rank=_need(cfg, "kv_lora_rank", mt),
+                     qk_nope_head_dim=_need(cfg, "qk_nope_head_dim", mt),
+                     qk_rope_head_dim=_need(cfg, "qk_rope_head_dim", mt), v_head_dim=_need(cfg, "v_head_dim", mt))
+    if cfg.get("qk_head_dim") not in (None, out["mla"].qk_head_dim):
+        raise ConfigRefused(f"{mt} config qk_head_dim ({cfg['qk_head_dim']}) must equal qk_nope_head_dim + qk_rope_head_dim")
+    if cfg.get("n_routed_experts"):
+        fe = _need(cfg, "moe_intermediate_size", mt)
+        k = int(cfg.get("first_k_dense_replace") or 0)
+        out["moe"] = MoE(experts=cfg["n_routed_experts"], top_k=_need(cfg, "num_experts_per_tok", mt), expert_ffn_hidden=fe,
+                         shared_ffn_hidden=int(cfg.get("n_shared_experts") or 0) * fe,
+                         dense_layers=tuple(range(min(k, layers))))  # fmt: skip
+        out["mtp_layers"] = int(cfg.get("num_nextn_predict_layers") or 0)
+    elif cfg.get("num_nextn_predict_layers"):
+        raise ConfigRefused(f"{mt} config num_nextn_predict_layers: modelled with routed experts only")
+    return out, COMMON_KEYS | {"attention_bias", "moe_layer_freq", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+                               "qk_rope_head_dim", "v_head_dim", "n_routed_experts", "num_experts_per_tok",
+                               "moe_intermediate_size", "n_shared_experts", "first_k_dense_replace",
+                               "num_nextn_predict_layers", "qk_head_dim"}  # fmt: skip
+
+
+def _read_gpt_oss(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """gpt-oss (``GptOssForCausalLM``): biases on q, k, v, o, the router and every expert projection; a learned
+    sink logit per head; alternating 128-token sliding and full layers (OpenAI gpt-oss model card, 2025, Sec. 2)."""
+    out = _common(cfg, mt)
+    f = _need(cfg, "intermediate_size", mt)
+    out.update(ffn_hidden=f, tied_embeddings=_tied(cfg, False), attention_bias="qkvo", attention_sinks=True)
+    _no(cfg, mt, "attention_bias", (None, True))
+    experts = _first(cfg, "num_local_experts", "num_experts")
+    if experts is None:
+        raise ConfigRefused(f"{mt} config lacks num_local_experts")
+    out["moe"] = MoE(experts=experts, top_k=_first(cfg, "num_experts_per_tok", "experts_per_token", default=4),
+                     expert_ffn_hidden=f, router_bias=True, expert_bias=True)  # fmt: skip
+    out.update(_sliding(cfg, mt, out["layers"], _alternate))
+    return out, COMMON_KEYS | {"attention_bias", "num_local_experts", "num_experts", "num_experts_per_tok",
+                               "experts_per_token", "sliding_window", "layer_types"}  # fmt: skip
+
+
+READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str]]]] = {
+    "llama": _read_llama,
+    "mistral": _read_mistral,
+    "qwen2": _read_qwen2,
+    "qwen3": _read_qwen3,
+    "gemma": _read_gemma,
+    "gemma2": _read_gemma2,
+    "gemma3_text": _read_gemma3_text,
+    "phi3": _read_phi3,
+    "mixtral": _read_mixtral,
+    "qwen2_moe": _read_qwen2_moe,
+    "qwen3_moe": _read_qwen3_moe,
+    "olmoe": _read_olmoe,
+    "deepseek_v2": _read_deepseek,
+    "deepseek_v3": _read_deepseek,
+    "gpt_oss": _read_gpt_oss,
+}
+
+# Families read by the generic pre-2024 reader below (GPT-2, OPT, BERT, T5): no strict key check.
+LEGACY_TYPES = ("gpt2", "opt", "bert", "t5")
+
+# Multimodal wrappers whose language model is one of the families above.
+MULTIMODAL = {"gemma3": "gemma3_text", "mistral3": "mistral", "qwen2_5_vl": "qwen2", "llava": "llama"}
+
+SUPPORTED_TYPES = tuple(sorted((*READERS, *LEGACY_TYPES)))
+
+
+def _read_legacy(cfg: dict[str, Any], mt: str) -> dict[str, Any]:
+    hidden = _first(cfg, "hidden_size", "n_embd", "d_model")
+    heads = _first(cfg, "num_attention_heads", "n_head", "num_heads")
+    layers = _first(cfg, "num_hidden_layers", "n_layer", "num_layers")
+    if hidden is None or heads is None or layers is None:
+        raise ConfigRefused(f"{mt} config lacks hidden size, attention heads or layer count")
+    out: dict[str, Any] = {
+        "layers": layers,
+        "hidden": hidden,
+        "heads": heads,
+        "kv_heads": _first(cfg, "num_key_value_heads", default=heads),
+        "vocab": _first(cfg, "vocab_size"),
+        "tied_embeddings": bool(_first(cfg, "tie_word_embeddings", default=True)),
+        "max_seq_len": _first(cfg, "max_position_embeddings", "n_positions", "n_ctx"),
+        "name": _first(cfg, "_name_or_path", default=mt or None) or None,
+        # BERT hidden_dropout_prob, GPT-2 resid_pdrop, OPT dropout, T5 dropout_rate
+        "dropout": float(_first(cfg, "hidden_dropout_prob", "resid_pdrop", "dropout", "dropout_rate", "attention_dropout",
+                                default=0.0) or 0.0),  # fmt: skip
+        "hf_model_type": mt,
+    }
+    if mt == "gpt2":
+        out.update(mlp="gelu", ffn_hidden=_first(cfg, "n_inner", default=4 * hidden), position="learned",
+                   norm="layernorm", bias=True)  # fmt: skip
+    elif mt == "opt":
+        out.update(mlp="gelu", ffn_hidden=cfg["ffn_dim"], position="learned", norm="layernorm", bias=True,
+                   extra_embedding_params=2 * hidden)  # fmt: skip
+    elif mt == "bert":
+        out.update(arch="encoder", mlp="gelu", ffn_hidden=cfg["intermediate_size"], position="learned",
+                   norm="layernorm", bias=True)  # fmt: skip
+    else:  # t5
+        d_kv = cfg.get("d_kv", hidden // heads)
+        out.update(arch="encoder-decoder", mlp="swiglu" if "gated" in str(cfg.get("feed_forward_proj", "")) else "gelu",
+                   ffn_hidden=cfg["d_ff"], position="relative", norm="rmsnorm", bias=False,
+                   decoder_layers=cfg.get("num_decoder_layers") or layers)  # fmt: skip
+        if d_kv * heads != hidden:
+            out["head_dim"] = d_kv
+    return out
+
+
+def arch_from_hf_config(cfg: dict[str, Any]) -> ModelArch:
+    """Read a Hugging Face ``config.json`` mapping as a :class:`ModelArch`, or raise :class:`ConfigRefused`
+    (or pydantic's ``ValidationError`` for contradictory values) naming what is not modelled."""
+    if not isinstance(cfg, dict):
+        raise ConfigRefused("config.json must be a JSON object")
+    mt = str(cfg.get("model_type", "")).lower()
+    if mt in MULTIMODAL:
+        raise ConfigRefused(
+            f"model_type {mt!r} is multimodal (a vision tower beside the language model), which is not modelled; "
+            f"plan its language model by giving its text_config as a {MULTIMODAL[mt]!r} config"
+        )
+    if mt in LEGACY_TYPES:
+        return ModelArch(**_read_legacy(cfg, mt))
+    reader = READERS.get(mt)
+    if reader is None:
+        raise ConfigRefused(
+            f"model_type {mt or '(missing)'!r} is not modelled; supported: {', '.join(SUPPORTED_TYPES)} "
+            "(or give the architecture as a mapping)"
+        )
+    out, consumed = reader(cfg, mt)
+    _refuse_unknown(cfg, mt, consumed)
+    return ModelArch(**out)
