@@ -78,8 +78,8 @@ def _refuse_unknown(cfg: dict[str, Any], mt: str, consumed: set[str]) -> None:
     unknown = sorted(k for k in cfg if k not in consumed and k not in INERT_KEYS and not k.startswith("_"))
     if unknown:
         raise ConfigRefused(
-            f"{mt} config key {unknown[0]!r} is not modelled (it may change parameters, FLOPs or memory); "
-            f"trainplan reads {', '.join(sorted(consumed))} and ignores only keys that change none of them"
+            f"{mt} config key {unknown[0]!r} is not modelled (it may change parameters, FLOPs or memory); trainplan "
+            "ignores only keys known to change none of them (hfconfig.INERT_KEYS)"
         )
 
 
@@ -269,7 +269,7 @@ def _read_qwen2_moe(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[s
     out["moe"] = MoE(experts=_experts(cfg, mt), top_k=_need(cfg, "num_experts_per_tok", mt),
                      expert_ffn_hidden=_need(cfg, "moe_intermediate_size", mt),
                      shared_ffn_hidden=int(cfg.get("shared_expert_intermediate_size") or 0),
-                     shared_gate=bool(cfg.get("shared_expert_intermediate_size")),
+                     shared_gate=True,  # Qwen2MoeSparseMoeBlock builds shared_expert_gate whatever the size
                      dense_layers=_qwen_moe_dense(cfg, out["layers"]))  # fmt: skip
     return out, keys | {"num_experts", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size",
                         "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers", "qkv_bias"}  # fmt: skip
@@ -302,6 +302,7 @@ def _read_deepseek(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[st
     out.update(ffn_hidden=_need(cfg, "intermediate_size", mt), tied_embeddings=_tied(cfg, False))
     out.pop("head_dim", None)
     _no(cfg, mt, "attention_bias")
+    _no(cfg, mt, "mlp_bias")
     _no(cfg, mt, "moe_layer_freq", (None, 1))
     out["mla"] = MLA(q_lora_rank=cfg.get("q_lora_rank"), kv_lora_rank=_need(cfg, "kv_lora_rank", mt),
                      qk_nope_head_dim=_need(cfg, "qk_nope_head_dim", mt),
@@ -317,7 +318,7 @@ def _read_deepseek(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[st
         out["mtp_layers"] = int(cfg.get("num_nextn_predict_layers") or 0)
     elif cfg.get("num_nextn_predict_layers"):
         raise ConfigRefused(f"{mt} config num_nextn_predict_layers: modelled with routed experts only")
-    return out, COMMON_KEYS | {"attention_bias", "moe_layer_freq", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+    return out, COMMON_KEYS | {"attention_bias", "mlp_bias", "moe_layer_freq", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
                                "qk_rope_head_dim", "v_head_dim", "n_routed_experts", "num_experts_per_tok",
                                "moe_intermediate_size", "n_shared_experts", "first_k_dense_replace",
                                "num_nextn_predict_layers", "qk_head_dim"}  # fmt: skip

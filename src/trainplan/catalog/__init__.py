@@ -104,6 +104,8 @@ def resolve_model(model: str | ModelArch, catalog: Catalog | None = None, *, sou
     presets = (catalog or get_catalog()).models
     key = name.lower()
     if key in presets:
+        if "hf_config" in presets[key]:  # a published config.json, read like a user's
+            return arch_from_hf_config(presets[key]["hf_config"]).model_copy(update={"name": key})
         entry = {k: v for k, v in presets[key].items() if k in ModelArch.model_fields}
         return ModelArch(**entry, name=key)
     path = Path(name)
@@ -113,7 +115,12 @@ def resolve_model(model: str | ModelArch, catalog: Catalog | None = None, *, sou
         try:
             cfg = json.loads(path.read_text(encoding="utf-8"))
             return arch_from_hf_config(cfg)
-        except (ValueError, KeyError, TypeError, ValidationError) as exc:
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(x) for x in err["loc"])
+            msg = f"{where + ': ' if where else ''}{err['msg'].removeprefix('Value error, ')}"
+            raise SpecError(f"cannot read {name} as a Hugging Face config: {msg}", field="model", source=source) from None
+        except (ValueError, KeyError, TypeError) as exc:
             msg = str(exc).splitlines()[0]
             raise SpecError(f"cannot read {name} as a Hugging Face config: {msg}", field="model", source=source) from None
     raise SpecError(f"unknown model preset {name!r}{_close(key, list(presets))}", field="model", source=source)

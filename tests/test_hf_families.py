@@ -1,0 +1,204 @@
+"""Every model family trainplan claims is read exactly (parameter counts equal transformers') or refused.
+
+transformers builds each config on the meta device (no memory, no weights, offline) and is the reference.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from trainplan.catalog import get_catalog, resolve_model
+from trainplan.errors import SpecError
+from trainplan.estimate.architecture import param_counts
+from trainplan.estimate.compute import training_step_flops
+from trainplan.estimate.hf_check import CountMismatch, cross_check, read_hf_config, transformers_param_count
+from trainplan.hfconfig import READERS, ConfigRefused, arch_from_hf_config
+from trainplan.spec import Checkpointing
+
+transformers = pytest.importorskip("transformers")
+
+TINY = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 4, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "vocab_size": 101, "pad_token_id": 0}  # fmt: skip
+
+# Small configs that switch on each feature a reader models (beside each family's default config below).
+VARIANTS = [
+    {"model_type": "llama", **TINY, "attention_bias": True, "tie_word_embeddings": True},
+    {"model_type": "mistral", **TINY, "head_dim": 32, "sliding_window": 8},
+    {"model_type": "qwen2", **TINY, "use_sliding_window": True, "sliding_window": 8, "max_window_layers": 2},
+    {"model_type": "qwen3", **TINY, "head_dim": 8, "attention_bias": True},
+    {"model_type": "gemma2", **TINY, "head_dim": 32, "final_logit_softcapping": None},
+    {"model_type": "gemma3_text", **TINY, "head_dim": 16, "sliding_window": 8},
+    {"model_type": "phi3", **TINY, "tie_word_embeddings": True},
+    {"model_type": "mixtral", **TINY, "num_local_experts": 4, "num_experts_per_tok": 2},
+    {"model_type": "qwen2_moe", **TINY, "num_experts": 6, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
+     "shared_expert_intermediate_size": 40, "decoder_sparse_step": 2, "mlp_only_layers": [3]},
+    {"model_type": "qwen2_moe", **TINY, "num_experts": 6, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
+     "shared_expert_intermediate_size": 0, "qkv_bias": False},
+    {"model_type": "qwen3_moe", **TINY, "num_experts": 8, "num_experts_per_tok": 3, "moe_intermediate_size": 16,
+     "mlp_only_layers": [0, 2]},
+    {"model_type": "olmoe", **TINY, "num_experts": 8, "num_experts_per_tok": 2},
+    {"model_type": "deepseek_v2", **TINY, "num_key_value_heads": 4, "n_routed_experts": 8, "n_shared_experts": 2,
+     "num_experts_per_tok": 2, "moe_intermediate_size": 16, "first_k_dense_replace": 1, "q_lora_rank": None,
+     "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 12},
+    {"model_type": "deepseek_v3", **TINY, "num_key_value_heads": 4, "n_routed_experts": 8, "n_shared_experts": 1,
+     "num_experts_per_tok": 2, "n_group": 1, "topk_group": 1, "moe_intermediate_size": 16, "first_k_dense_replace": 2,
+     "q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 12,
+     "num_nextn_predict_layers": 0},
+    {"model_type": "gpt_oss", **TINY, "head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 8},
+]
+
+
+def _default(mt: str) -> dict:
+    cfg = transformers.AutoConfig.for_model(mt).to_dict()
+    if mt == "deepseek_v2":  # its default leaves top-k unset; DeepSeek-V2's published config routes to 6
+        cfg["num_experts_per_tok"] = 6
+    return cfg
+
+
+@pytest.mark.parametrize("mt", sorted(READERS))
+def test_every_claimed_family_counts_exactly_what_transformers_builds(mt: str) -> None:
+    cfg = _default(mt)
+    arch = arch_from_hf_config(cfg)
+    counts = param_counts(arch)
+    assert counts.total - counts.mtp == transformers_param_count(cfg)
+
+
+@pytest.mark.parametrize("cfg", VARIANTS, ids=lambda c: c["model_type"] + "-" + "-".join(
+    k for k in c if k not in TINY and k != "model_type")[:40])  # fmt: skip
+def test_each_modelled_feature_counts_exactly(cfg: dict) -> None:
+    arch = arch_from_hf_config(cfg)
+    assert cross_check(arch, cfg) == param_counts(arch).total - param_counts(arch).mtp
+
+
+def test_the_variants_switch_on_what_they_claim() -> None:
+    archs = {json.dumps(c, sort_keys=True): arch_from_hf_config(c) for c in VARIANTS}
+    qwen2_moe = arch_from_hf_config(VARIANTS[8])
+    assert qwen2_moe.moe is not None and qwen2_moe.moe.dense_layers == (0, 2, 3)  # step 2 puts experts on 1; 3 is mlp-only
+    assert arch_from_hf_config(VARIANTS[2]).sliding_layers == 2  # layers 2, 3 past max_window_layers
+    assert arch_from_hf_config(VARIANTS[5]).sliding_layers == 4  # four of the first five are local
+    ds = arch_from_hf_config(VARIANTS[13])
+    assert ds.mla is not None and ds.mla.q_lora_rank == 24 and ds.moe is not None and ds.moe.dense_layers == (0, 1)
+    assert len(archs) == len(VARIANTS)
+
+
+# ----------------------------------------------------------------------------- presets
+
+PRESETS = sorted(k for k, v in get_catalog().models.items() if "hf_config" in v)
+
+
+def test_the_2026_families_have_presets() -> None:
+    for name in ("mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3", "gpt-oss-20b",
+                 "gpt-oss-120b", "olmoe-1b-7b", "gemma-2-9b", "gemma-3-1b", "qwen2.5-7b", "phi-3-mini", "phi-4",
+                 "llama-3.2-1b", "llama-3.3-70b", "mistral-nemo-12b", "mistral-small-24b"):  # fmt: skip
+        assert name in PRESETS, name
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_preset_counts_equal_transformers_and_the_published_total(name: str) -> None:
+    entry = get_catalog().models[name]
+    arch = resolve_model(name)
+    counts = param_counts(arch)
+    assert counts.total - counts.mtp == transformers_param_count(entry["hf_config"])
+    assert abs(counts.total - counts.mtp - entry["params"]) / entry["params"] < 0.01  # published totals are rounded
+    for key in ("source", "params_source", "as_of"):
+        assert entry.get(key), f"{name}: {key}"
+
+
+@pytest.mark.parametrize("name", [p for p in PRESETS if "active_params" in get_catalog().models[p]])
+def test_moe_active_parameters_match_the_published_figure(name: str) -> None:
+    """Publications count active parameters with or without the embedding (and without DeepSeek's MTP module);
+    one of the two readings must be within 6% of the published figure."""
+    arch = resolve_model(name).model_copy(update={"mtp_layers": 0})
+    counts = param_counts(arch)
+    published = get_catalog().models[name]["active_params"]
+    readings = (counts.matmul_per_token, counts.matmul_per_token + counts.embedding)
+    assert min(abs(r - published) / published for r in readings) < 0.06, [r / 1e9 for r in readings]
+    assert counts.matmul_per_token < 0.4 * counts.total  # a sparse model, not read as dense
+
+
+def test_moe_flops_are_six_times_the_active_parameters_plus_attention() -> None:
+    """Training FLOPs per token: 6 × active matmul weights + 12 · layers · seq · attention width
+    (PaLM, Chowdhery et al. 2022, App. B; Megatron-LM ``num_floating_point_operations`` counts a MoE layer's
+    experts at top_k, the same)."""
+    arch = resolve_model("mixtral-8x7b")
+    counts = param_counts(arch)
+    seq, tokens = 4096, 4096
+    f = training_step_flops(tokens=tokens, matmul_params=counts.matmul_per_token,
+                            trainable_matmul_params=counts.matmul_per_token, adapter_params=0, layers=arch.layers,
+                            seq_len=seq, attn_dim=arch.heads * arch.hidden // arch.heads,
+                            checkpointing=Checkpointing.NONE, lm_head_params=arch.vocab * arch.hidden)  # fmt: skip
+    expected = 6 * counts.matmul_per_token + 12 * arch.layers * seq * arch.hidden
+    assert f.model / tokens == pytest.approx(expected, rel=1e-12)
+    dense_reading = 6 * (counts.block_linear + arch.vocab * arch.hidden)
+    assert f.model / tokens < 0.35 * dense_reading
+
+
+# ----------------------------------------------------------------------------- refusals
+
+
+@pytest.mark.parametrize("cfg, message", [
+    ({"model_type": "mamba2", **TINY}, "model_type 'mamba2' is not modelled; supported:"),
+    ({"model_type": "qwen3_next", **TINY}, "model_type 'qwen3_next' is not modelled"),
+    ({"model_type": "mixtral", **TINY, "num_local_experts": 4, "num_experts_per_tok": 2, "expert_capacity": 3},
+     "mixtral config key 'expert_capacity' is not modelled"),
+    ({"model_type": "deepseek_v3", **TINY, "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 16,
+      "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 12, "moe_layer_freq": 2},
+     "deepseek_v3 config moe_layer_freq: 2 is not modelled"),
+    ({"model_type": "llama", **TINY, "mlp_bias": True}, "llama config mlp_bias: True is not modelled"),
+    ({"model_type": "gemma3", "text_config": {}}, "multimodal"),
+    ({"model_type": "mixtral", **TINY, "num_experts_per_tok": 2}, "mixtral config lacks num_local_experts"),
+])  # fmt: skip
+def test_what_is_not_modelled_is_refused(cfg: dict, message: str) -> None:
+    with pytest.raises(ConfigRefused, match=message.replace("(", r"\(").replace(")", r"\)")):
+        arch_from_hf_config(cfg)
+
+
+def test_contradictory_moe_fields_are_refused() -> None:
+    with pytest.raises(ValidationError, match=r"top_k \(9\) must not exceed experts \(4\)"):
+        arch_from_hf_config({"model_type": "mixtral", **TINY, "num_local_experts": 4, "num_experts_per_tok": 9})
+
+
+def test_a_count_that_differs_from_transformers_is_refused() -> None:
+    cfg = {"model_type": "mixtral", **TINY, "num_local_experts": 4, "num_experts_per_tok": 2}
+    wrong = arch_from_hf_config(cfg).model_copy(update={"vocab": 100})
+    with pytest.raises(CountMismatch, match="transformers builds"):
+        cross_check(wrong, cfg)
+    assert read_hf_config(cfg).moe is not None
+
+
+@pytest.mark.parametrize("cfg, needle", [
+    ({"model_type": "mixtral", **TINY, "num_local_experts": 4, "num_experts_per_tok": 5}, "top_k (5) must not exceed experts (4)"),
+    ({"model_type": "mamba2", **TINY}, "model_type 'mamba2' is not modelled"),
+])  # fmt: skip
+def test_cli_refuses_a_bad_config_in_one_line(tmp_path: Path, cfg: dict, needle: str) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    job = tmp_path / "job.yaml"
+    job.write_text(f"name: x\nkind: transformer\nmodel: {tmp_path / 'config.json'}\nmethod: lora\nseq_len: 512\nmicro_batch: 1\ntokens: 1.0e6\n")
+    r = subprocess.run([sys.executable, "-m", "trainplan.cli.main", "plan", str(job)], capture_output=True, text=True,
+                       timeout=120)  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    assert needle in r.stderr and "model" in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_a_moe_config_plans_with_every_expert_in_memory(tmp_path: Path) -> None:
+    """Mixtral 8x7B LoRA: 87 GiB of bf16 weights does not fit one 80 GB A100 (the old reading said 61 GiB to spare)."""
+    from trainplan.catalog import find_accelerator
+    from trainplan.estimate.hardware import hardware_for_gpu
+    from trainplan.planner.core import estimate_option
+    from trainplan.spec import parse_job
+    from trainplan.strategies import Strategy
+
+    cat = get_catalog()
+    job = parse_job({"name": "m", "kind": "transformer", "model": "mixtral-8x7b", "method": "lora", "seq_len": 2048, "micro_batch": 1,
+                     "precision": "bf16", "tokens": 1e7})  # fmt: skip
+    hw = hardware_for_gpu(find_accelerator("A100-80GB", cat), cat, gpus=1)
+    est = estimate_option(job, hw, cat, strategy=Strategy.SINGLE)
+    assert est.memory.weights / 2**30 == pytest.approx(46_702_792_704 * 2 / 2**30, rel=1e-3)
+    assert not est.fits
