@@ -202,3 +202,41 @@ def test_a_moe_config_plans_with_every_expert_in_memory(tmp_path: Path) -> None:
     est = estimate_option(job, hw, cat, strategy=Strategy.SINGLE)
     assert est.memory.weights / 2**30 == pytest.approx(46_702_792_704 * 2 / 2**30, rel=1e-3)
     assert not est.fits
+
+
+@pytest.mark.parametrize("trainable, tolerance", [(True, 0.01), (False, 0.12)])
+def test_routed_expert_activations_match_autograd(trainable: bool, tolerance: float) -> None:
+    """What transformers' Mixtral block saves for backward (saved-tensor hooks, bf16, CPU) against
+    ``routed_expert_bytes`` plus the block input; parameters are not activations."""
+    import torch
+    from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
+
+    from trainplan.estimate.transformer import routed_expert_bytes
+    from trainplan.model import ModelArch, MoE
+    from trainplan.spec import parse_job
+
+    torch.manual_seed(0)
+    h, f, experts, k, seq, batch = 64, 48, 4, 2, 32, 2
+    cfg = transformers.AutoConfig.for_model("mixtral", hidden_size=h, intermediate_size=f, num_local_experts=experts,
+                                            num_experts_per_tok=k)  # fmt: skip
+    block = MixtralSparseMoeBlock(cfg).to(torch.bfloat16)
+    for p in block.parameters():
+        p.requires_grad_(trainable)
+    params = {p.untyped_storage().data_ptr() for p in block.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.untyped_storage().data_ptr() not in params:
+            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    x = torch.randn(batch, seq, h, dtype=torch.bfloat16, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        block(x)
+    arch = ModelArch(layers=1, hidden=h, heads=4, ffn_hidden=f, vocab=10,
+                     moe=MoE(experts=experts, top_k=k, expert_ffn_hidden=f))  # fmt: skip
+    job = parse_job({"name": "t", "kind": "transformer", "model": arch.model_dump(exclude_none=True), "seq_len": seq,
+                     "micro_batch": batch, "precision": "bf16", "tokens": 1e6,
+                     **({} if trainable else {"method": "lora"})})  # fmt: skip
+    predicted = routed_expert_bytes(job, arch) + batch * seq * h * 2  # + the block input the router keeps
+    assert sum(saved.values()) == pytest.approx(predicted, rel=tolerance)
