@@ -240,3 +240,13 @@ def test_routed_expert_activations_match_autograd(trainable: bool, tolerance: fl
                      **({} if trainable else {"method": "lora"})})  # fmt: skip
     predicted = routed_expert_bytes(job, arch) + batch * seq * h * 2  # + the block input the router keeps
     assert sum(saved.values()) == pytest.approx(predicted, rel=tolerance)
+
+
+def test_the_cross_check_count_is_kept_for_the_next_plan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRAINPLAN_HOME", str(tmp_path))
+    cfg = {"model_type": "olmoe", **TINY, "num_experts": 8, "num_experts_per_tok": 2}
+    n = transformers_param_count(cfg)
+    stored = json.loads((tmp_path / "hf_param_counts.json").read_text())
+    assert list(stored.values()) == [n] and n == param_counts(arch_from_hf_config(cfg)).total
+    (tmp_path / "hf_param_counts.json").write_text(json.dumps({k: n + 1 for k in stored}))  # the store is read first
+    assert transformers_param_count(cfg) == n + 1

@@ -48,3 +48,9 @@ def save_atomic(path: Path, save: Callable[[Path], None]) -> None:
     """Call ``save(tmp)`` (e.g. ``lambda p: torch.save(obj, p)``), then move ``tmp`` to ``path``."""
     with atomic_path(path) as tmp:
         save(tmp)
+
+
+def trainplan_home() -> Path:
+    """``$TRAINPLAN_HOME``, else ``~/.cache/trainplan``."""
+    env = os.environ.get("TRAINPLAN_HOME")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "trainplan"

@@ -10,6 +10,8 @@ depends on it.  DeepSeek-V3's multi-token-prediction modules are not built by tr
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import importlib.metadata
 import io
 import json
 import logging
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from trainplan.estimate.architecture import param_counts
+from trainplan.files import trainplan_home, write_json_atomic
 from trainplan.hfconfig import arch_from_hf_config
 from trainplan.model import ModelArch
 
@@ -61,14 +64,44 @@ def _count(cfg_json: str) -> int | None:
     return sum(p.numel() for p in model.parameters())
 
 
+CACHE_NAME = "hf_param_counts.json"
+
+
+def _transformers_version() -> str | None:
+    try:
+        return importlib.metadata.version("transformers")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def transformers_param_count(cfg: dict[str, Any]) -> int | None:
     """Parameters of the causal LM transformers builds from ``cfg`` on the meta device; None where transformers
-    (or this family in the installed release) is missing."""
-    if not transformers_available():
+    (or this family in the installed release) is missing.
+
+    Counts are kept in ``$TRAINPLAN_HOME/hf_param_counts.json`` keyed by the config and the transformers
+    version, so a later ``plan`` of the same config does not import transformers (about 2 s) again.
+    """
+    version = _transformers_version()
+    if version is None:
         return None
     keep = {k: v for k, v in cfg.items() if k not in ("architectures", "auto_map", "quantization_config",
                                                       "_name_or_path", "transformers_version")}  # fmt: skip
-    return _count(json.dumps(keep, sort_keys=True, default=str))
+    key = hashlib.sha256(f"{version}\n{json.dumps(keep, sort_keys=True, default=str)}".encode()).hexdigest()
+    store = trainplan_home() / CACHE_NAME
+    try:
+        cached = json.loads(store.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        cached = {}
+    if isinstance(cached, dict) and isinstance(cached.get(key), int):
+        return cached[key]
+    if not transformers_available():
+        return None
+    n = _count(json.dumps(keep, sort_keys=True, default=str))
+    if n is not None and isinstance(cached, dict):
+        with contextlib.suppress(OSError):
+            store.parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(store, {**cached, key: n})
+    return n
 
 
 def cross_check(arch: ModelArch, cfg: dict[str, Any]) -> int | None:

@@ -14,23 +14,16 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from dataclasses import MISSING, asdict, dataclass, fields
 from enum import Enum
 from pathlib import Path
 from typing import Any, Iterator
 
 from trainplan.errors import TrainplanError
-from trainplan.files import write_json_atomic
+from trainplan.files import trainplan_home, write_json_atomic
 
 STORE_VERSION = 1
 STORE_NAME = "calibrations.json"
-
-
-def trainplan_home() -> Path:
-    """``$TRAINPLAN_HOME``, else ``~/.cache/trainplan``."""
-    env = os.environ.get("TRAINPLAN_HOME")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "trainplan"
 
 
 def store_path() -> Path:

@@ -1,7 +1,7 @@
 """The hardware profile: what ``trainplan probe`` found and measured on this machine, kept for the planner.
 
 Stored as ``$TRAINPLAN_HOME/hardware_profile.json`` (the home of the
-calibration store, :func:`trainplan.measure.calibration.trainplan_home`),
+calibration store, :func:`trainplan.files.trainplan_home`),
 rewritten atomically.  One file describes one machine: it names the host and
 the probe's ``hardware_id``, and :func:`profile_for_this_machine` uses it only
 when both still match — a home directory shared between machines never lends
