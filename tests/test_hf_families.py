@@ -250,3 +250,39 @@ def test_the_cross_check_count_is_kept_for_the_next_plan(tmp_path: Path, monkeyp
     assert list(stored.values()) == [n] and n == param_counts(arch_from_hf_config(cfg)).total
     (tmp_path / "hf_param_counts.json").write_text(json.dumps({k: n + 1 for k in stored}))  # the store is read first
     assert transformers_param_count(cfg) == n + 1
+
+
+MOE_TRACE = {"model_type": "mixtral", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 8, "num_experts_per_tok": 2,
+             "vocab_size": 1000}  # fmt: skip
+
+
+def test_the_trace_counts_expert_flops_by_routed_tokens() -> None:
+    """transformers 5 runs the experts as one grouped GEMM over the routed tokens; the tally counts it
+    (2·S·K·N forward), so the traced forward equals 2 × active matmul weights × tokens + the attention scores."""
+    from trainplan.estimate.trace import build_hf_causal_lm, trace_training_step
+    from trainplan.spec import InputSpec
+
+    seq, batch = 128, 2
+    r = trace_training_step(lambda: build_hf_causal_lm(MOE_TRACE), [InputSpec(shape=(seq,), dtype="int64", high=1000)],
+                            micro_batch=batch, precision="bf16-pure", optimizer="adamw",
+                            activation_checkpointing="none", loss="cross_entropy", device="cuda")  # fmt: skip
+    arch = arch_from_hf_config(MOE_TRACE)
+    counts = param_counts(arch)
+    tokens = seq * batch
+    matmul, scores = 2 * counts.matmul_per_token * tokens, 4 * arch.layers * seq * arch.hidden * tokens
+    assert r.params == counts.total
+    assert r.flops_forward == matmul + scores
+    # backward: twice the matmuls; the fused attention kernel's backward is 2.5× its forward (compute.py)
+    assert r.flops_backward == 2 * matmul + 2.5 * scores
+
+
+def test_the_trace_refuses_fp32_experts_in_one_line() -> None:
+    from trainplan.estimate.trace import TraceError, build_hf_causal_lm, trace_training_step
+    from trainplan.spec import InputSpec
+
+    with pytest.raises(TraceError, match="grouped-GEMM experts need bf16 weights") as info:
+        trace_training_step(lambda: build_hf_causal_lm(MOE_TRACE), [InputSpec(shape=(64,), dtype="int64", high=1000)],
+                            micro_batch=1, precision="bf16", optimizer="adamw", activation_checkpointing="none",
+                            loss="cross_entropy", device="cuda")  # fmt: skip
+    assert "\n" not in str(info.value)

@@ -58,5 +58,16 @@ def stage(message: str) -> Iterator[None]:
         raise TraceError(
             f"{message}: operator {one_line(exc)} has no fake-tensor implementation (a custom kernel?)"
         ) from exc
+    except RuntimeError as exc:
+        if "Expected inputs of BF16 type" in str(exc):
+            # torch's grouped GEMM (what transformers 5 runs a mixture-of-experts layer with) takes bf16 operands
+            # only on CUDA (_grouped_mm_cuda, mirrored by its meta function); autocast does not cast it and
+            # transformers casts the input to the fp32 weight, so the real step fails the same way.
+            raise TraceError(
+                f"{message}: the model's grouped-GEMM experts need bf16 weights (torch's grouped_mm takes bf16 only "
+                "on CUDA and autocast does not cast it), so fp32 weights (fp32, or mixed precision over fp32 masters) do not run; "
+                "use precision: bf16-pure, or kind: transformer for the analytic MoE estimate"
+            ) from exc
+        raise TraceError(f"{message}: {type(exc).__name__}: {one_line(exc)}") from exc
     except Exception as exc:
         raise TraceError(f"{message}: {type(exc).__name__}: {one_line(exc)}") from exc

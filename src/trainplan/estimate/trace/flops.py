@@ -74,6 +74,17 @@ def _mkldnn_rnn_backward_flop(input_shape: Any, w_ih_shape: Any, w_hh_shape: Any
     return 2 * _mkldnn_rnn_forward_flop(input_shape, w_ih_shape, w_hh_shape)
 
 
+# Grouped GEMM (torch._grouped_mm; transformers 5's mixture-of-experts layers run every expert in one call):
+# mat_a (S, K) @ mat_b (E, K, N) with S rows split among E groups by `offs` -> (S, N): 2·S·K·N, however the
+# rows are split (so the trace counts routed tokens, balanced or not).  Its weight gradient, (K, S) @ (S, N)
+# grouped along S -> (E, K, N), is 2·K·S·N.  In both the contraction is the last dimension of mat_a.
+def _grouped_mm_flop(a_shape: Any, b_shape: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+    groups = b_shape[0] if len(b_shape) == 3 and len(out_shape) == 3 else 1
+    if len(a_shape) == 2 and len(b_shape) == 2 and len(out_shape) == 3:
+        groups = out_shape[0]
+    return int(2 * math.prod(out_shape) // groups * a_shape[-1])
+
+
 def _extra_flop_formulas() -> dict[Any, Callable[..., int]]:
     """Formulas for the operators (of this PyTorch build) that ``FlopCounterMode``'s table lacks."""
     formulas: dict[Any, Callable[..., int]] = {}
@@ -81,6 +92,8 @@ def _extra_flop_formulas() -> dict[Any, Callable[..., int]]:
         formulas[_aten.mkldnn_rnn_layer] = _mkldnn_rnn_forward_flop
     if hasattr(_aten, "mkldnn_rnn_layer_backward"):
         formulas[_aten.mkldnn_rnn_layer_backward] = _mkldnn_rnn_backward_flop
+    if hasattr(_aten, "_grouped_mm"):
+        formulas[_aten._grouped_mm] = _grouped_mm_flop
     if hasattr(_aten, "_scaled_dot_product_flash_attention_for_cpu"):
         formulas[_aten._scaled_dot_product_flash_attention_for_cpu] = _cpu_flash_forward_flop
     if hasattr(_aten, "_scaled_dot_product_flash_attention_for_cpu_backward"):
