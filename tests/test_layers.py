@@ -24,6 +24,7 @@ LAYERS: dict[str, int] = {
     "trainplan.strategies": 0,
     "trainplan.catalog": 1,
     "trainplan.spec": 2,
+    "trainplan.zoo": 1,
     "trainplan.examples": 2,
     "trainplan.estimate": 3,
     "trainplan.measure": 4,

@@ -30,6 +30,7 @@ from pydantic import (
 from trainplan.catalog import Catalog, resolve_model
 from trainplan.errors import SpecError
 from trainplan.model import STRICT, ModelArch, PositiveFloat, PositiveInt
+from trainplan.zoo import FACTORY, ZOO, check_resolution
 
 # --------------------------------------------------------------------------- enums
 
@@ -367,6 +368,14 @@ class _FactoryJob(_NeuralJob):
 class TorchJob(_FactoryJob):
     kind: Literal[JobKind.TORCH] = JobKind.TORCH
     loss: str = "mean"
+    resolution: PositiveInt | None = None  # built-in models (trainplan.zoo): image side in pixels
+
+    @model_validator(mode="after")
+    def _resolution_for_builtin(self) -> "TorchJob":
+        if self.resolution is not None and self.model != FACTORY:
+            raise ValueError(f"resolution applies to the built-in models ({', '.join(ZOO)}); size your own model's "
+                             "inputs with inputs:")
+        return self
 
 
 KERAS_LOSSES = ("mse", "mae", "sparse_categorical_crossentropy", "categorical_crossentropy", "binary_crossentropy")
@@ -481,6 +490,8 @@ def parse_job(data: Any, *, source: str | None = None, catalog: Catalog | None =
             field="kind",
             source=source,
         )
+    if kind == "torch":
+        data = _expand_builtin_model(data, source)
     try:
         job = _JOB_ADAPTER.validate_python(data)
     except ValidationError as exc:
@@ -488,6 +499,30 @@ def parse_job(data: Any, *, source: str | None = None, catalog: Catalog | None =
         raise SpecError(msg, field=field, source=source) from None
     _check_references(job, source, catalog)
     return job
+
+
+def _expand_builtin_model(data: dict[str, Any], source: str | None) -> dict[str, Any]:
+    """``model: sd15-unet`` in a ``kind: torch`` job (a :data:`trainplan.zoo.ZOO` name) stands for the zoo's
+    factory, its inputs at ``resolution`` and its loss."""
+    name = data.get("model")
+    if not isinstance(name, str) or ":" in name:
+        return data
+    if name not in ZOO:
+        raise SpecError(f"must be an import path 'package.module:factory' or a built-in model ({', '.join(ZOO)}), "
+                        f"got {name!r}{_did_you_mean(name, list(ZOO))}", field="model", source=source)
+    for key in ("model_args", "inputs"):
+        if key in data:
+            raise SpecError(f"is set by the built-in model {name!r}; give resolution instead", field=key, source=source)
+    z = ZOO[name]
+    r = data.get("resolution", z.default_resolution)
+    if not isinstance(r, int) or isinstance(r, bool) or r <= 0:
+        raise SpecError(f"must be a positive whole number of pixels, got {r!r}", field="resolution", source=source)
+    try:
+        check_resolution(name, r)
+    except SpecError as exc:
+        raise SpecError(str(exc).split(": ", 1)[-1], field="resolution", source=source) from None
+    return {**data, "model": FACTORY, "model_args": {"name": name, "resolution": r}, "inputs": z.inputs(r),
+            "loss": data.get("loss", z.loss)}  # fmt: skip
 
 
 def _check_references(job: Job, source: str | None, catalog: Catalog | None) -> None:
