@@ -14,6 +14,7 @@ meta device (``estimate/hf_check.py``) and tested for every family in ``tests/te
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -428,4 +429,6 @@ def arch_from_hf_config(cfg: dict[str, Any]) -> ModelArch:
         )
     out, consumed = reader(cfg, mt)
     _refuse_unknown(cfg, mt, consumed)
-    return ModelArch(**out)
+    build = {k: v for k, v in cfg.items() if k not in ("architectures", "auto_map", "_name_or_path", "transformers_version",
+                                                        "torch_dtype", "dtype", "quantization_config")}  # fmt: skip
+    return ModelArch(**out, hf_source=json.dumps(build, sort_keys=True))

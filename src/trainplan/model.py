@@ -113,6 +113,7 @@ class ModelArch(BaseModel):
     mla: MLA | None = None
     mtp_layers: Annotated[int, Field(ge=0)] = 0  # DeepSeek-V3 multi-token-prediction modules (not built by transformers)
     hf_model_type: str | None = None  # the Hugging Face family the architecture was read from
+    hf_source: str | None = None  # that config.json (JSON text): what trace and run build, for the 2024-2026 families
     params: PositiveInt | None = None  # published count, used as a check
     name: str | None = None
 
@@ -185,12 +186,33 @@ class UnsupportedArchitecture(ValueError):
     """No Hugging Face class builds this architecture (trace and run need one)."""
 
 
+def source_config(arch: ModelArch) -> dict[str, Any]:
+    """The config ``arch`` was read from, if ``arch`` is still exactly what it says; an architecture changed after
+    reading (``model_copy(update=...)``) no longer matches its source and is refused."""
+    import json
+
+    from trainplan.hfconfig import arch_from_hf_config
+
+    assert arch.hf_source is not None
+    cfg: dict[str, Any] = json.loads(arch.hf_source)
+    again = arch_from_hf_config(cfg)
+    keep = {"name", "hf_source", "params"}
+    if again.model_dump(exclude=keep) != arch.model_dump(exclude=keep):
+        raise UnsupportedArchitecture(
+            f"this {arch.hf_model_type} architecture was changed after it was read from its config, so that config "
+            "no longer builds it; give the changed config.json instead"
+        )
+    return cfg
+
+
 def hf_model_type(arch: ModelArch) -> str:
     """The Hugging Face class family that builds exactly ``arch``, or raise :class:`UnsupportedArchitecture`.
 
     Llama (``LlamaForCausalLM``): decoder, rotary positions, RMSNorm, gated SiLU MLP.
     GPT-2 (``GPT2LMHeadModel``): decoder, learned positions, LayerNorm with biases, GELU MLP.
     """
+    if arch.hf_source is not None:
+        return source_config(arch)["model_type"]
     if not arch.plain:
         raise UnsupportedArchitecture(
             f"{arch.hf_model_type or 'this'} architecture (mixture of experts, latent attention, sliding windows, "
@@ -216,6 +238,12 @@ def hf_config(arch: ModelArch, seq_len: int | None = None) -> dict[str, Any]:
     (:meth:`ModelArch.positions`), biases follow ``arch.bias`` on every linear
     layer, dropout is ``arch.dropout`` and no special tokens are set.
     """
+    if arch.hf_source is not None:
+        cfg = source_config(arch)
+        cfg["use_cache"] = False
+        if seq_len and (cfg.get("max_position_embeddings") or 0) < seq_len:
+            cfg["max_position_embeddings"] = seq_len
+        return cfg
     positions = arch.positions(seq_len)
     if hf_model_type(arch) == "llama":
         return {
