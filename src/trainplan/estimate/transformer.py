@@ -155,28 +155,28 @@ def block_norm_extra_bytes_per_token(arch: ModelArch, precision: Precision, *, t
 def routed_expert_bytes(job: TransformerJob, arch: ModelArch) -> float:
     """Activations of one MoE layer's router and routed experts, for one micro-batch (beyond the layer's input).
 
-    transformers' experts loop (``MixtralExperts.forward``; Qwen-MoE, OLMoE, DeepSeek and gpt-oss alike)
-    gathers each expert's tokens.  Per routed token an expert that trains keeps: the gathered input (e·h, for its
-    weight gradient), the gate/up output that the activation keeps (2e·f), the activation's output and the
-    product down_proj keeps (2e·f), down_proj's output that the routing-weight product keeps (e·h), the weighted
-    output index_add_ keeps (e·h), the fp32 routing weight (4) and the int64 (token, slot) pair from
-    ``torch.where`` (16): 3e·h + 4e·f + 20.  Frozen experts (LoRA) keep only what the input gradient needs
-    (autograd saves a matmul's input only for its weight's gradient, ``derivatives.yaml``): gate/up output and
-    the activation's output (3e·f), the routed outputs (measured 1.5e·h on average) and the indices.  Per
-    token the router keeps its fp32 softmax (4 bytes per expert; ``softmax(..., dtype=torch.float)``), the
-    top-k indices and values (12 per slot) and their fp32 sum (4).  Measured with saved-tensor hooks on
-    transformers' Mixtral block: ``tests/test_hf_families.py``.  Without expert parallelism every routed token
-    lives on the one device, so the total is exact at top_k × tokens whatever the routing imbalance (dropless
-    routing: no capacity factor).
+    transformers 5 runs the experts as grouped GEMMs over the tokens sorted by expert
+    (``integrations/moe.py: grouped_mm_experts_forward``, its default wherever torch's grouped GEMM can dispatch).
+    Per routed token, experts that train keep: the gathered input (e·h, for the gate/up weight gradient), the
+    gate/up output the activation keeps (2e·f), the activation's output and the product down_proj keeps (2e·f),
+    down_proj's output that the routing-weight product keeps (e·h), the fp32 routing weight (4) and three int64
+    index vectors (24): 2e·h + 4e·f + 28.  Frozen experts (LoRA) keep what the input gradient needs (autograd
+    saves a matmul's input only for its weight's gradient, ``derivatives.yaml``): e·h + 3e·f + 28.  Per token the
+    router keeps its fp32 softmax (4 per expert; ``softmax(..., dtype=torch.float)``), the top-k indices and
+    values (12 per slot) and their fp32 sum (4).  Both measured exactly with saved-tensor hooks on transformers'
+    Mixtral block (``tests/test_hf_families.py``); the eager per-expert loop (older GPUs, where grouped GEMM
+    cannot dispatch) keeps one e·h more per routed token.  Without expert parallelism every routed token lives on
+    the one device, so the total is exact at top_k × tokens whatever the routing imbalance (dropless routing: no
+    capacity factor).
     """
     if arch.moe is None:
         return 0.0
     m, e, h = arch.moe, job.precision.compute_bytes, arch.hidden
     tokens = job.seq_len * job.micro_batch
     if job.lora_spec is None:
-        per_routed = 3 * e * h + 4 * e * m.expert_ffn_hidden + 20
+        per_routed = 2 * e * h + 4 * e * m.expert_ffn_hidden + 28
     else:
-        per_routed = 1.5 * e * h + 3 * e * m.expert_ffn_hidden + 20
+        per_routed = e * h + 3 * e * m.expert_ffn_hidden + 28
     return tokens * (m.top_k * (per_routed + 12) + 4 * m.experts + 4)
 
 
