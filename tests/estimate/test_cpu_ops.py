@@ -45,7 +45,7 @@ def test_the_tally_books_convolutions_apart() -> None:
         y = conv(x)
         torch.nn.functional.linear(y.flatten(1), torch.randn(4, 8 * 16 * 16))
     conv_flops = 2 * 2 * 8 * 16 * 16 * 3 * 3 * 3  # 2 × batch × out channels × output pixels × in channels × kernel
-    assert tally.class_flops == {"conv": conv_flops, "rnn": 0}
+    assert tally.class_flops == {"conv": conv_flops, "rnn": 0, "attention": 0}
     assert tally.total == conv_flops + 2 * 2 * 8 * 16 * 16 * 4
 
 
@@ -183,3 +183,11 @@ def test_the_probe_measures_convolutions_and_recurrent_layers_against_the_gemm(m
     m = measure(rounds=1, reps=1)
     assert m.name == name and 0.01 < m.value < 3.0
     assert "GFLOP/s" in m.method
+
+
+def test_the_tally_books_fused_attention_apart() -> None:
+    q = torch.randn(2, 4, 16, 8)
+    tally = FlopTally()
+    with tally:
+        torch.nn.functional.scaled_dot_product_attention(q, q, q)
+    assert tally.class_flops["attention"] == tally.total == 2 * 2 * 2 * 4 * 16 * 16 * 8  # QKᵀ and AV, 2 per MAC

@@ -14,7 +14,7 @@ from typing import Any
 from trainplan.catalog import Catalog, get_catalog, resolve_model
 from trainplan.estimate import architecture as arch_mod
 from trainplan.estimate.compose import compose
-from trainplan.estimate.compute import StepFlops
+from trainplan.estimate.compute import KernelSplit, StepFlops
 from trainplan.estimate.memory import GIB, weight_bytes_per_param
 from trainplan.estimate.profile import EagerOps, Params, ProfileSource, StepMemory, StepProfile
 from trainplan.estimate.result import Estimate, Hardware
@@ -46,6 +46,26 @@ def _state_elem_bytes(job: TorchJob | TransformerJob) -> float:
 
 # Knobs that are not eager PyTorch: the trace cannot run them, so a traced profile shows eager memory for them.
 UNTRACED_KNOBS = ("compile", "activation_offloading")
+
+
+def _kernel_split(result: Any) -> KernelSplit:
+    """What of a traced step runs at the attention kernel's rate or at memory speed on a GPU (a ``kind: torch``
+    model has no transformer width for the MFU curve): the fused attention kernels' FLOPs and the bytes the
+    memory-bound operators read and write, one kernel each in eager PyTorch (norms, activations, adds, pooling:
+    Ivanov et al. 2021, "Data Movement Is All You Need"), as the trace tallied them (trace/flops.py)."""
+    return KernelSplit(attention_forward=float(result.attention_flops_forward),
+                       attention_backward=float(result.attention_flops_backward),
+                       bytes_forward=float(result.memory_bytes_forward),
+                       bytes_backward=float(result.memory_bytes_backward))  # fmt: skip
+
+
+def _conv_dominated(result: Any) -> bool:
+    """Convolutions do at least half of the traced step's FLOPs.  cuDNN convolutions reach well under the GEMM
+    efficiency the split prices matmuls at (ResNet-50 mixed precision: about 20% of an A100's peak for the whole
+    step, NVIDIA DeepLearningExamples — ``mfu_traced_default``), and no published per-convolution efficiency was
+    found, so a conv-dominated model keeps that whole-step default (docs/models.md, the validation table)."""
+    total = result.flops_forward + result.flops_backward + result.flops_recompute
+    return total > 0 and getattr(result, "conv_flops_step", 0) >= 0.5 * total
 
 
 def profile_from_trace(job: TorchJob | TransformerJob, result: Any, largest: int, *, mfu_width: int | None,
@@ -104,7 +124,8 @@ def profile_from_trace(job: TorchJob | TransformerJob, result: Any, largest: int
             largest_block=largest,
             largest_tensor=largest_tensor,
         ),
-        flops=StepFlops(forward=result.flops_forward, backward=result.flops_backward, recompute=result.flops_recompute),
+        flops=StepFlops(forward=result.flops_forward, backward=result.flops_backward, recompute=result.flops_recompute,
+                        split=_kernel_split(result) if mfu_width is None and not _conv_dominated(result) else None),
         memory=StepMemory(
             activations=max(0.0, activations - autocast),
             autocast_copies=min(autocast, activations),

@@ -106,6 +106,14 @@ def _extra_flop_formulas() -> dict[Any, Callable[..., int]]:
 _CLASSES: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "conv": ("convolution", "_convolution", "convolution_backward", "_slow_conv2d_forward"),
     "rnn": ("mkldnn_rnn_layer", "mkldnn_rnn_layer_backward"),
+    # fused attention (PyTorch SDPA's kernels, as the fake CPU and a CUDA device dispatch them): priced at the
+    # attention kernel's efficiency on GPUs (steptime.step_time with a KernelSplit)
+    "attention": ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward",
+                  "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_backward",
+                  "_scaled_dot_product_efficient_attention", "_scaled_dot_product_efficient_attention_backward",
+                  "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_cudnn_attention_backward",
+                  "_flash_attention_forward", "_flash_attention_backward", "_efficient_attention_forward",
+                  "_efficient_attention_backward"),
 })
 KERNEL_CLASSES: Mapping[Any, str] = MappingProxyType(
     {getattr(_aten, name): kind for kind, names in _CLASSES.items() for name in names if hasattr(_aten, name)}

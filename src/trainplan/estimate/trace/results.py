@@ -54,6 +54,12 @@ class TraceResult:
     # the convolutions' and fused recurrent layers' shares of the step's FLOPs (forward + backward + recompute)
     conv_flops_step: int = 0
     rnn_flops_step: int = 0
+    # by phase, for GPU pricing (steptime.step_time with a KernelSplit): the fused attention kernels' FLOPs and the
+    # memory-bound operators' bytes in forward and in backward (recomputation included)
+    attention_flops_forward: int = 0
+    attention_flops_backward: int = 0
+    memory_bytes_forward: int = 0
+    memory_bytes_backward: int = 0
 
     @property
     def flops_per_step(self) -> float:

@@ -89,6 +89,10 @@ def summarise(
         memory_bytes_optimizer=watch.memory_bytes[Phase.OPTIMIZER],
         conv_flops_step=watch.counter.class_flops["conv"],
         rnn_flops_step=watch.counter.class_flops["rnn"],
+        attention_flops_forward=watch.attention_flops[Phase.FORWARD],
+        attention_flops_backward=watch.attention_flops[Phase.BACKWARD],
+        memory_bytes_forward=watch.memory_bytes[Phase.FORWARD],
+        memory_bytes_backward=watch.memory_bytes[Phase.BACKWARD],
     )
 
 

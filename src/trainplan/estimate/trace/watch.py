@@ -38,17 +38,19 @@ class StepWatch:
     flops: dict[Phase, int] = field(default_factory=dict)
     ops: dict[Phase, int] = field(default_factory=dict)
     memory_bytes: dict[Phase, int] = field(default_factory=dict)
+    attention_flops: dict[Phase, int] = field(default_factory=dict)  # fused attention kernels' share of `flops`
 
     @contextlib.contextmanager
     def phase(self, phase: Phase) -> Iterator[None]:
         """Book allocations, frees, FLOPs and operators to ``phase`` (frees stay in it until the next phase begins)."""
         self.timeline.phase = phase
         c = self.counter
-        start = (c.get_total_flops(), c.ops, c.memory_bytes)
+        start = (c.get_total_flops(), c.ops, c.memory_bytes, c.class_flops["attention"])
         yield
         self.flops[phase] = c.get_total_flops() - start[0]
         self.ops[phase] = c.ops - start[1]
         self.memory_bytes[phase] = c.memory_bytes - start[2]
+        self.attention_flops[phase] = c.class_flops["attention"] - start[3]
 
 
 @contextlib.contextmanager
