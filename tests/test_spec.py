@@ -337,3 +337,19 @@ def test_source_is_named_in_file_errors(tmp_path: Path) -> None:
     with pytest.raises(SpecError) as info:
         load_job(p)
     assert str(info.value).startswith(f"{p}: micro_batch: ")
+
+
+@pytest.mark.parametrize("name", ["x\ntouch pwned\n#", "a b", "[/bold]", "", "-x", "a" * 101, "x;rm -rf ~", "名前",
+                                  "x\n---\nrun: id"])  # fmt: skip
+def test_a_job_name_outside_the_safe_set_is_refused(name: str) -> None:
+    data = yaml.safe_load((FIXTURES / "torch-mlp.yaml").read_text(encoding="utf-8"))
+    data["name"] = name
+    err = _spec_error(data)
+    assert err.field == "name" and "letters, digits" in str(err)
+    assert "\n" not in str(err).replace(repr(name), "")
+
+
+def test_a_job_name_in_the_safe_set_is_kept() -> None:
+    data = yaml.safe_load((FIXTURES / "torch-mlp.yaml").read_text(encoding="utf-8"))
+    data["name"] = "Llama-3.1_8B.sft-v2"
+    assert parse_job(data).name == "Llama-3.1_8B.sft-v2"

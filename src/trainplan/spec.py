@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
@@ -201,9 +202,22 @@ class InputSpec(BaseModel):
     high: PositiveInt | None = None  # exclusive upper bound for integer inputs (e.g. vocab size)
 
 
+# A job name becomes run-directory names, cluster job names, bucket paths and comment lines of rendered shell and
+# YAML files (run/targets): a safe character set keeps every one of them free of injection.
+JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
 class _JobBase(BaseModel):
     model_config = _STRICT
     name: str = "job"
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, v: str) -> str:
+        if not JOB_NAME.fullmatch(v):
+            raise ValueError(f"must be 1-100 letters, digits, '.', '_' or '-', starting with a letter or digit, got {v!r} "
+                             "(it names run directories, cluster jobs and rendered launch files)")
+        return v
     constraints: Constraints = Constraints()
     seed: int = 0
     data: str | None = None  # path, "synthetic", or "sklearn:<name>" (used by `trainplan run`)

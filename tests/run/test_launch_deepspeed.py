@@ -70,3 +70,35 @@ def test_launcher_runs_two_cpu_processes_with_zero2(tmp_path: Path, torch_job: P
     assert ends[0]["wrapped_as"] == "DeepSpeedEngine" and ends[0]["zero_stage"] == 2
     result = json.loads((plan.out / "result.json").read_text())
     assert result["status"] == "completed" and result["steps"] == 12
+
+
+def _exported(env_file: Path, tmp_path: Path) -> dict[str, str]:
+    """The values each node's shell ends up with: DeepSpeed's own reading of deepspeed_env (runner.py: split on the
+    first '=') and its own quoting (PDSHRunner.add_export), then bash running the export line."""
+    import subprocess
+
+    from deepspeed.launcher.multinode_runner import PDSHRunner
+
+    runner = PDSHRunner.__new__(PDSHRunner)
+    runner.exports = {}
+    for line in env_file.read_text().splitlines(keepends=True):
+        key, val = line.split("=", maxsplit=1)
+        runner.add_export(key, val)
+    exports = "".join(f"export {k}={v}; " for k, v in runner.exports.items())
+    script = exports + "".join(f'printf "%s\\0" "${k}"; ' for k in runner.exports)
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=tmp_path, check=True).stdout
+    return dict(zip(runner.exports, out.split("\0")))
+
+
+def test_env_values_reach_the_nodes_unchanged(tmp_path: Path, torch_job: Path) -> None:
+    out = tmp_path / "run dir, with spaces"
+    plan, rendered = render_to(torch_job, "deepspeed", out, gpu="A100-80GB", gpus=2, strategy="zero2")
+    written = dict(line.split("=", 1) for line in (plan.out / "deepspeed_env").read_text().splitlines())
+    assert _exported(plan.out / "deepspeed_env", tmp_path) == written
+
+
+@pytest.mark.parametrize("hostile", ["$(touch pwned)", "`touch pwned`", 'a"b', "a\\b"])
+def test_an_out_path_the_nodes_shell_would_expand_is_refused(tmp_path: Path, torch_job: Path, hostile: str) -> None:
+    with pytest.raises(SpecError, match=r"--out: .*would be expanded by the shell on every node"):
+        render_to(torch_job, "deepspeed", tmp_path / hostile, gpu="A100-80GB", gpus=2, strategy="zero2")
+    assert not (tmp_path / "pwned").exists()

@@ -12,12 +12,19 @@ hostfile's slots are processes.
 
 from __future__ import annotations
 
+import re
+
+from trainplan.errors import SpecError
 from trainplan.run.targets.base import Command, LaunchPlan, Rendered, unsupported
 from trainplan.run.targets.common import RUN_JSON, base_files, hosts_for, python, worker_env, worker_target
 from trainplan.strategies import Engine
 
 HOSTFILE = "hostfile"
 ENV_FILE = "deepspeed_env"
+# DeepSpeed's launcher exports each deepspeed_env value in double quotes on every node's shell
+# (multinode_runner.py, add_export: `"{var}"` when it has special characters); inside double quotes these still
+# expand or end the quoting, and no quoting written into the file survives that step, so they are refused.
+SHELL_ACTIVE_IN_DOUBLE_QUOTES = re.compile(r'[$`"\\\n\r]')
 
 
 def check(plan: LaunchPlan) -> dict[str, int]:
@@ -49,6 +56,11 @@ def render(plan: LaunchPlan) -> Rendered:
     argv += worker_target(plan, config_path)
     files = base_files(plan)
     files[HOSTFILE] = "".join(f"{host} slots={slots}\n" for host, slots in hosts.items())
+    for key, value in env.items():
+        if SHELL_ACTIVE_IN_DOUBLE_QUOTES.search(value):
+            raise SpecError(
+                f"{key}={value!r} would be expanded by the shell on every node (DeepSpeed's launcher exports "
+                "deepspeed_env values in double quotes); use a path without $, `, \", \\ or line breaks", field="--out")
     files[ENV_FILE] = "".join(f"{k}={v}\n" for k, v in env.items())
     notes = ("the launcher reaches the other hosts over passwordless SSH (pdsh)",) if len(hosts) > 1 else ()
     command = Command(argv=tuple(argv), env={**env, "DS_ENV_FILE": str(plan.path(ENV_FILE))}, where="node 0", cwd=plan.out)
