@@ -353,3 +353,17 @@ def test_a_job_name_in_the_safe_set_is_kept() -> None:
     data = yaml.safe_load((FIXTURES / "torch-mlp.yaml").read_text(encoding="utf-8"))
     data["name"] = "Llama-3.1_8B.sft-v2"
     assert parse_job(data).name == "Llama-3.1_8B.sft-v2"
+
+
+@pytest.mark.parametrize("field, value, needle", [
+    ("tokens", float("inf"), "finite number"),
+    ("tokens", float("nan"), "finite number"),
+    ("tokens", 1e308, "less than"),
+    ("seq_len", 10**400, "less than"),
+    ("micro_batch", 10**41, "less than"),
+])  # fmt: skip
+def test_values_that_would_overflow_are_refused(field: str, value: object, needle: str) -> None:
+    data = {"name": "x", "kind": "transformer", "model": "llama-7b", "seq_len": 512, "micro_batch": 1, "tokens": 1e9}
+    data[field] = value
+    err = _spec_error(data)
+    assert err.field == field and needle in str(err)

@@ -121,3 +121,12 @@ def test_local_is_trainplan_run(tmp_path: Path, capsys: pytest.CaptureFixture[st
     for key in ("kind", "strategy", "devices", "accelerator", "steps"):
         assert a[key] == b[key]
     assert a["measured"]["final_loss"] == pytest.approx(b["measured"]["final_loss"], rel=1e-9)  # the same training
+
+
+def test_rich_markup_in_a_path_is_printed_as_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "x[/bold][red]"
+    code, stdout, err = cli(capsys, "launch", LLAMA, "--gpu", "A100-80GB", "--gpus", "4", "--strategy", "zero2",
+                            "--to", "torchrun", "--out", str(out))  # fmt: skip
+    assert code == 0, err
+    assert f"files in {out}" in " ".join(err.split())
+    assert "Traceback" not in err and (out / "run.json").exists()

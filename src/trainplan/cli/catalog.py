@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from trainplan.catalog import get_catalog
 from trainplan.cli.common import dump_json
@@ -41,4 +42,4 @@ def catalog_command(
     for t in catalog_tables(cat, what.value):
         console.print(t)
     for issue in cat.issues:
-        console.print(f"[yellow]catalog row left out:[/] {issue}")
+        console.print(f"[yellow]catalog row left out:[/] {escape(str(issue))}")

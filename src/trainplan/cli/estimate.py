@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from trainplan.catalog import find_accelerator, find_instance, get_catalog
 from trainplan.cli.common import dump_json, grid_regions, read_job
@@ -68,4 +69,4 @@ def estimate_command(
     console = Console(width=None if Console().is_terminal else 120)
     console.print(estimate_panel(e))
     if fit is not None:
-        console.print(f"[bold]largest micro-batch[/] {fit.text}")
+        console.print(f"[bold]largest micro-batch[/] {escape(fit.text)}")

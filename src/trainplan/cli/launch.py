@@ -102,7 +102,7 @@ def launch_command(
 
         command = preflight(plan, rendered)
     write_rendered(rendered, plan.out)
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)  # paths and notes are data, not markup
     if json_out:
         typer.echo(json.dumps({"out": str(plan.out), **launch_record(rendered)}))
     else:

@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -83,4 +84,4 @@ def probe_command(
     out.print(machine_table(profile))
     out.print(measurement_table(profile))
     if path:
-        out.print(f"saved hardware profile to {path}; `trainplan plan` now offers this machine as local:this-machine")
+        out.print(f"saved hardware profile to {escape(str(path))}; `trainplan plan` now offers this machine as local:this-machine")

@@ -101,7 +101,7 @@ def run_command(
         script_args=tuple(script_arg or ()),
         max_restarts=max_restarts,
     )
-    err = Console(stderr=True)
+    err = Console(stderr=True, markup=False)  # paths and notes are data, not markup
 
     def announce(option: Option, config: RunConfig, spec: LaunchSpec) -> None:
         what = option.strategy.value if config.job.get("kind") != "tabular" else f"{config.job.get('library')}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from rich.console import Console, Group
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -104,7 +105,7 @@ def rejected_table(rejected: Sequence[Estimate], *, total: int) -> Table:
         why = e.reason or ""
         if e.hint:
             why += f" → {e.hint}"
-        t.add_row(e.hardware.label, e.strategy, why)
+        t.add_row(escape(e.hardware.label), e.strategy, escape(why))
     return t
 
 
@@ -130,7 +131,7 @@ def estimate_panel(e: Estimate) -> Group:
     t = Table(show_header=False, box=None)
     t.add_column(style="bold")
     t.add_column()
-    verdict = "[green]fits[/]" if e.fits else f"[red]does not fit[/]: {e.reason}"
+    verdict = "[green]fits[/]" if e.fits else f"[red]does not fit[/]: {escape(e.reason or '')}"
     t.add_row("verdict", verdict)
     if e.memory_band is not None:
         t.add_row("memory margin", ("[yellow]" if e.borderline else "") + e.memory_verdict() + ("[/]" if e.borderline else ""))
@@ -184,7 +185,7 @@ def estimate_panel(e: Estimate) -> Group:
         grid = f"{en.grid_kg_co2e_per_kwh:g} kg/kWh" if en.grid_kg_co2e_per_kwh is not None else "grid unknown"
         t.add_row("emissions", f"{_co2(e)} kg CO2e ({en.region}, {grid})" + (f" - {en.note}" if en.note else ""))
     for note in e.notes:
-        t.add_row("note", note)
+        t.add_row("note", escape(note))
     return Group(t)
 
 
