@@ -106,6 +106,11 @@ def test_the_largest_micro_batch_fits_and_the_next_does_not(gpu: str, gpus: int,
     if fit.longest_seq_len:
         assert _fits(job, prof, hw, strategy, cat, micro_batch=1, seq_len=fit.longest_seq_len)
         assert not _fits(job, prof, hw, strategy, cat, micro_batch=1, seq_len=fit.longest_seq_len + 1)
+    # a zero answer is a claim too: nothing smaller fits (the RTX 4090 case: LLaMA-7B's states do not fit at all)
+    if not fit.micro_batch:
+        assert not _fits(job, prof, hw, strategy, cat, micro_batch=1)
+    if not fit.longest_seq_len:
+        assert not _fits(job, prof, hw, strategy, cat, micro_batch=1, seq_len=1)
 
 
 def test_profiles_shared_across_options_give_the_same_answers() -> None:
