@@ -128,16 +128,18 @@ def test_published_throughput_median_error_within_25_percent(published: list) ->
     """Against 200+ measured runs (llm-foundry, torchtitan, torchtune, TinyLlama) with default efficiencies."""
     errs = [c.throughput_error for c in published if c.throughput_error is not None]
     assert len(errs) >= 150
-    assert statistics.median(abs(e) for e in errs) <= 0.25
-    assert abs(statistics.median(errs)) <= 0.15  # no large systematic bias
-    assert sum(abs(e) <= 0.25 for e in errs) / len(errs) >= 0.65
+    # pinned just above where they stand (docs/benchmarks.md: 12.2% median |err|, bias +12.1%, 73% within 25%),
+    # so that a regression fails; the brief's target is 15% median
+    assert statistics.median(abs(e) for e in errs) <= 0.13
+    assert abs(statistics.median(errs)) <= 0.13
+    assert sum(abs(e) <= 0.25 for e in errs) / len(errs) >= 0.70
 
 
 def test_published_fit_verdicts_mostly_right(published: list) -> None:
     verdicts = [c.predicted_fits == c.measured_fits for c in published if c.measured_fits is not None]
     assert len(verdicts) >= 150
-    # Known gap (docs/benchmarks.md): activations of torch.compile'd / fused stacks are overestimated.
-    assert sum(verdicts) / len(verdicts) >= 0.6
+    # pinned at where it stands (221/226): a regression of two verdicts fails
+    assert sum(verdicts) / len(verdicts) >= 0.97
 
 
 def test_out_of_memory_runs_are_predicted_not_to_fit(published: list) -> None:
@@ -166,3 +168,16 @@ def test_reference_case_verdicts() -> None:
     assert est("A100-80GB", 4, Strategy.ZERO2).fits
     assert not est("A100-40GB", 4, Strategy.ZERO2).fits
     assert est("A100-40GB", 4, Strategy.ZERO2_OFFLOAD).fits
+
+
+def test_stated_stack_memory_and_verdicts_stay_where_they_stand() -> None:
+    """The stated-stack records (tests/data/published_stacks.yaml + the stacked rows of published_llm.yaml): peak
+    memory median |err| 4.6% in-sample and verdicts 59/59 (docs/benchmarks.md), pinned so a regression fails.
+    In-sample figures: the mechanisms were chosen on these records (issue 22 keeps a new held-out set)."""
+    from trainplan.estimate.published import memory_errors
+
+    stacks = yaml.safe_load(DATA.with_name("published_stacks.yaml").read_text())
+    assert memory_errors(stacks, heldout=False).median <= 0.05
+    verdicts = [c for c in (compare(r) for r in stacks) if c is not None and c.measured_fits is not None]
+    assert len(verdicts) >= 59 and all(c.predicted_fits == c.measured_fits for c in verdicts)
+
