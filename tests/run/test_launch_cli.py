@@ -130,3 +130,9 @@ def test_rich_markup_in_a_path_is_printed_as_text(tmp_path: Path, capsys: pytest
     assert code == 0, err
     assert f"files in {out}" in " ".join(err.split())
     assert "Traceback" not in err and (out / "run.json").exists()
+
+
+def test_negative_checkpoint_minutes_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = cli(capsys, "run", LLAMA, "--checkpoint-minutes", "-1", "--out", str(tmp_path / "r"))
+    one_error(code, err, "Invalid value for '--checkpoint-minutes'")
+    assert not (tmp_path / "r").exists()

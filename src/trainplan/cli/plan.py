@@ -29,7 +29,7 @@ def _fit(job: Job, e: Estimate, catalog: Catalog, plan: Plan, profiles: Profiles
 
 def plan_command(
     job_file: Annotated[Optional[Path], typer.Argument(help="Job file (YAML). Default: the built-in LLaMA-7B fine-tune.")] = None,
-    objective: Annotated[Objective, typer.Option(help="Rank by cost or by time.")] = Objective.COST,
+    objective: Annotated[Objective, typer.Option(help="Rank by cost, time or co2 (emissions).")] = Objective.COST,
     top: Annotated[int, typer.Option(min=1, help="Rows of options and of rejections to show.")] = 10,
     trace: Annotated[bool, typer.Option("--trace", help="Transformer jobs: trace the real model on the fake device instead of the formulas.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,

@@ -74,7 +74,7 @@ def run_command(
         Optional[int], typer.Option(help="Train this many steps (boosting rounds for tabular jobs).")
     ] = None,
     checkpoint_every: Annotated[Optional[int], typer.Option(help="Checkpoint every N steps.")] = None,
-    checkpoint_minutes: Annotated[float, typer.Option(help="Checkpoint every N minutes (0: never by time).")] = 10.0,
+    checkpoint_minutes: Annotated[float, typer.Option(min=0, help="Checkpoint every N minutes (0: never by time).")] = 10.0,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out from its last checkpoint.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the run in --out.")] = False,
     script: Annotated[
