@@ -143,3 +143,33 @@ def test_missing_plotly_is_one_clear_line(job_file: Path, tmp_path: Path, monkey
     assert main(["report", str(job_file), "-o", str(tmp_path / "x.html")]) == 2
     assert capsys.readouterr().err == "error: the HTML report needs plotly: pip install 'trainplan[report]'\n"
     assert not (tmp_path / "x.html").exists()
+
+
+def test_report_never_overwrites_a_file_it_did_not_write(job_file: Path, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    import os
+    import stat
+
+    before = job_file.read_text()
+    assert main(["report", str(job_file), "-o", str(job_file)]) == 2
+    err = capsys.readouterr().err
+    assert "not a report trainplan wrote" in err and len(err.strip().splitlines()) == 1
+    assert job_file.read_text() == before
+    out = tmp_path / "r.html"
+    assert main(["report", str(job_file), "-o", str(out)]) == 0
+    assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~_umask()  # not mkstemp's 0600
+    os.chmod(out, 0o640)
+    assert main(["report", str(job_file), "-o", str(out)]) == 0  # its own report: replaced, mode kept
+    assert stat.S_IMODE(out.stat().st_mode) == 0o640
+    other = tmp_path / "notes.html"
+    other.write_text("<html>mine</html>")
+    assert main(["report", str(job_file), "-o", str(other)]) == 2
+    assert main(["report", str(job_file), "-o", str(other), "--overwrite"]) == 0
+
+
+def _umask() -> int:
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

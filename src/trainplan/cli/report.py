@@ -7,12 +7,13 @@ from typing import Annotated, Optional
 
 import typer
 
-from trainplan.report.html import write_report
+from trainplan.report.html import write_report, written_by_trainplan
 
 
 def report_command(
     source: Annotated[Path, typer.Argument(metavar="JOB.yaml|RUN_DIR", help="A job file, or a run directory of `trainplan run`.")],
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="HTML file to write (default: report.html).")] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace --out even if trainplan did not write it.")] = False,
 ) -> None:
     """Write an HTML report (job, ranked options, memory and time/cost plots, run curves) that opens offline."""
     target = out or Path("report.html")
@@ -20,5 +21,10 @@ def report_command(
         from trainplan.errors import TrainplanError
 
         raise TrainplanError(f"{target} is a directory; give a file name", field="--out")
+    if target.exists() and not overwrite and not written_by_trainplan(target):
+        from trainplan.errors import TrainplanError
+
+        raise TrainplanError(f"{target} exists and is not a report trainplan wrote; give another file or --overwrite",
+                             field="--out")  # fmt: skip
     path = write_report(source, target)
     typer.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB, opens offline)")

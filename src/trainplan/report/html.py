@@ -216,7 +216,7 @@ def render_report(inp: ReportInput, *, now: Callable[[], datetime] | None = None
     return (
         "<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
         "<meta name=viewport content='width=device-width, initial-scale=1'>"
-        f"<title>{esc(inp.title)}</title><style>{CSS}</style>"
+        f"{GENERATOR_META}<title>{esc(inp.title)}</title><style>{CSS}</style>"
         f"<script>{F.plotly_js()}</script></head>\n<body>\n" + "\n".join(body) + "\n</body></html>\n"
     )
 
@@ -245,6 +245,18 @@ def report_input(path: Path) -> ReportInput:
             raise
         error = str(exc)
     return ReportInput(title=title, job=job, job_text=job_text, plan=plan, plan_error=error, run=run, source=str(p))
+
+
+GENERATOR_META = "<meta name=generator content=trainplan-report>"
+
+
+def written_by_trainplan(path: Path) -> bool:
+    """Whether ``path`` is a report this module wrote (its generator tag in the first 4 KiB)."""
+    try:
+        with open(path, "rb") as fh:
+            return GENERATOR_META.encode() in fh.read(4096)
+    except OSError:
+        return False
 
 
 def write_report(path: Path, out: Path) -> Path:
