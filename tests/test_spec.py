@@ -367,3 +367,26 @@ def test_values_that_would_overflow_are_refused(field: str, value: object, needl
     data[field] = value
     err = _spec_error(data)
     assert err.field == field and needle in str(err)
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("a: " + "[" * 20000 + "]" * 20000 + "\n", "nested deeper than 50 levels"),
+    ("\n".join(["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"] + [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]"
+                                                          for i in range(1, 12)]) + "\n", "more than 100 aliases"),
+    ("name: a\nkind: transformer\nseq_len: 8\nseq_len: 4096\n", "duplicate key 'seq_len'"),
+])  # fmt: skip
+def test_hostile_yaml_is_one_line(tmp_path: Path, text: str, needle: str) -> None:
+    f = tmp_path / "job.yaml"
+    f.write_text(text)
+    with pytest.raises(SpecError, match=needle) as info:
+        load_job(f)
+    assert "\n" not in str(info.value)
+
+
+def test_a_job_file_that_is_not_a_regular_file_is_refused(tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "job.fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(SpecError, match="not a regular file"):
+        load_job(fifo)  # returns at once: a FIFO is never opened

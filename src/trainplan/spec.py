@@ -545,6 +545,45 @@ def _check_references(job: Job, source: str | None, catalog: Catalog | None) -> 
         resolve_model(job.model, catalog, source=source)
 
 
+# A job file is a few hundred bytes; these bound what a typo or a hostile file can cost to read.
+MAX_JOB_FILE_BYTES = 1 << 20
+MAX_YAML_ALIASES = 100
+MAX_YAML_DEPTH = 50
+
+
+class _JobLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with a limit on aliases (a "billion laughs" file expands exponentially when the
+    mapping is walked) and on nesting depth (a 20,000-deep file exhausts the recursion limit)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._aliases = 0
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_YAML_ALIASES:
+                raise yaml.YAMLError(f"more than {MAX_YAML_ALIASES} aliases (*name); a job file needs none")
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                raise yaml.YAMLError(f"nested deeper than {MAX_YAML_DEPTH} levels")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:  # type: ignore[override]
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r} (the last would win silently)",
+                                                        key_node.start_mark)  # fmt: skip
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_job(path: str | Path) -> Job:
     """Read and validate a job file."""
     p = Path(path)
@@ -552,12 +591,16 @@ def load_job(path: str | Path) -> Job:
         raise SpecError(f"job file not found: {p}")
     if p.is_dir():
         raise SpecError(f"job file is a directory: {p}")
+    if not p.is_file():
+        raise SpecError(f"job file is not a regular file (a FIFO, device or socket): {p}")
+    if p.stat().st_size > MAX_JOB_FILE_BYTES:
+        raise SpecError(f"job file is {p.stat().st_size:,} bytes; a job file is at most {MAX_JOB_FILE_BYTES:,}", source=str(p))
     try:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise SpecError(f"not a UTF-8 text file (byte {exc.start})", source=str(p)) from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_JobLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
