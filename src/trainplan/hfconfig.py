@@ -35,6 +35,9 @@ INERT_KEYS: dict[str, str] = {
                      "keys_to_ignore_at_inference", "license", "language", "sequence_length",
                      "output_scores", "return_dict_in_generate", "tf_legacy_loss", "use_bfloat16"),
                     "bookkeeping or inference-only"),  # fmt: skip
+    # SmolLM / SmolLM2 configs (exported by nanotron): transformers' Llama reads neither key
+    **dict.fromkeys(("is_llama_config", "rope_interleaved"), "nanotron export bookkeeping, unread by transformers"),
+    "transformers.js_config": "settings of transformers.js (in-browser inference)",
     **dict.fromkeys(("bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id",
                      "image_token_index", "boi_token_index", "eoi_token_index"), "token ids"),
     **dict.fromkeys(("initializer_range", "initializer_factor", "init_std", "initializer_cutoff_factor"), "initialisation"),

@@ -177,6 +177,37 @@ class DatasetSize(BaseModel):
     tokens_per_example: PositiveFloat | None = None
 
 
+class DataStyle(str, Enum):
+    """How ``trainplan run`` reads the records of a data file for a pretrained checkpoint (docs/run.md)."""
+
+    AUTO = "auto"  # from the first record: messages → chat, instruction + response → instruction, text → text
+    TEXT = "text"  # plain text; loss on every token
+    INSTRUCTION = "instruction"  # Alpaca-style instruction / input / response; loss on the response only
+    CHAT = "chat"  # a list of {role, content} messages rendered with the tokenizer's chat template; loss on assistant turns
+
+
+class DataFormat(BaseModel):
+    """The fields of a JSONL / Parquet / text data file and how they become training sequences."""
+
+    model_config = _STRICT
+    style: DataStyle = DataStyle.AUTO
+    text_field: str = "text"
+    instruction_field: str = "instruction"
+    input_field: str = "input"  # optional context of an instruction record
+    response_field: str = "output"
+    messages_field: str = "messages"
+    packing: bool | None = None  # concatenate examples into full rows; default: true for text, false otherwise
+    eval_data: str | None = None  # a second file in the same format, for eval loss
+    eval_fraction: Annotated[float, Field(ge=0.0, le=0.5)] = 0.0  # or hold out this share of the examples
+    eval_every: PositiveInt | None = None  # steps between eval losses (default: at the end only)
+
+    @model_validator(mode="after")
+    def _one_eval_source(self) -> "DataFormat":
+        if self.eval_data is not None and self.eval_fraction > 0:
+            raise ValueError("give eval_data or eval_fraction, not both")
+        return self
+
+
 class Constraints(BaseModel):
     model_config = _STRICT
     deadline_hours: PositiveFloat | None = None
@@ -264,6 +295,7 @@ class TransformerJob(_NeuralJob):
     tokens: PositiveFloat | None = None
     epochs: PositiveFloat | None = None
     dataset: DatasetSize | None = None
+    data_format: DataFormat | None = None  # how `trainplan run` reads `data` for a pretrained checkpoint
 
     @field_validator("flash_attention", mode="before")
     @classmethod

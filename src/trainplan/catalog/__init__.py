@@ -96,8 +96,8 @@ def find_instance(name: str, catalog: Catalog | None = None, *, field: str = "--
 
 
 def resolve_model(model: str | ModelArch, catalog: Catalog | None = None, *, source: str | None = None) -> ModelArch:
-    """A preset name (from ``catalog``, the built-in one by default), a path to a Hugging Face ``config.json``,
-    or a :class:`ModelArch` → :class:`ModelArch`."""
+    """A preset name (from ``catalog``, the built-in one by default), a path to a Hugging Face ``config.json``
+    or to a checkpoint directory holding one, or a :class:`ModelArch` → :class:`ModelArch`."""
     if isinstance(model, ModelArch):
         return model
     name = str(model)
@@ -108,7 +108,13 @@ def resolve_model(model: str | ModelArch, catalog: Catalog | None = None, *, sou
             return arch_from_hf_config(presets[key]["hf_config"]).model_copy(update={"name": key})
         entry = {k: v for k, v in presets[key].items() if k in ModelArch.model_fields}
         return ModelArch(**entry, name=key)
-    path = Path(name)
+    path = Path(name).expanduser()
+    if path.is_dir():  # a checkpoint directory as save_pretrained writes it: its config.json is the architecture
+        if not (path / "config.json").is_file():
+            raise SpecError(f"{name} is a directory without config.json (a checkpoint directory as save_pretrained "
+                            "writes it: config.json, *.safetensors, tokenizer files)", field="model", source=source)
+        path = path / "config.json"
+        name = str(path)
     if path.suffix == ".json" or path.is_file():
         if not path.is_file():
             raise SpecError(f"config file not found: {name}", field="model", source=source)

@@ -74,3 +74,29 @@ class ProgressView:
     def close(self) -> None:
         self.refresh()
         self._progress.stop()
+
+
+class TokenizeView:
+    """A progress bar while ``trainplan run`` tokenizes a pretrained job's data: call it with (done, total)."""
+
+    def __init__(self, *, console: Console | None = None) -> None:
+        self._console = console or Console(stderr=True)
+        self._progress: Progress | None = None
+        self._task: Any = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self._progress is None:
+            self._progress = Progress(
+                TextColumn("[bold]tokenizing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                console=self._console, transient=True,
+            )
+            self._task = self._progress.add_task("tokenizing", total=total)
+            self._progress.start()
+        self._progress.update(self._task, completed=done, total=total)
+        if done >= total:
+            self.close()
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None

@@ -20,7 +20,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from trainplan.cli.progress import ProgressView
+from trainplan.cli.progress import ProgressView, TokenizeView
 from trainplan.run.api import RunRequest, RunSummary, execute
 from trainplan.run.choose import Option
 from trainplan.run.config import RunConfig
@@ -112,7 +112,14 @@ def run_command(
             soft_wrap=True,
         )
 
-    summary = execute(request, progress=ProgressView if not json_out or sys.stderr.isatty() else None, on_planned=announce)
+    show = not json_out or sys.stderr.isatty()
+    tokenizing = TokenizeView() if show else None
+    try:
+        summary = execute(request, progress=ProgressView if show else None, on_planned=announce,
+                          tokenize_progress=tokenizing)
+    finally:
+        if tokenizing is not None:
+            tokenizing.close()
     if json_out:
         print(json.dumps(summary.to_json(), sort_keys=True), flush=True)
     else:

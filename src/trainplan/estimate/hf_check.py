@@ -130,11 +130,17 @@ def read_hf_config(cfg: dict[str, Any]) -> ModelArch:
 
 
 def check_model_file(model: object) -> None:
-    """Cross-check a job's ``model:`` when it names a ``config.json`` (presets are checked by the tests)."""
-    if not isinstance(model, str) or not model.endswith(".json"):
+    """Cross-check a job's ``model:`` when it names a ``config.json`` or a checkpoint directory (presets are
+    checked by the tests)."""
+    if not isinstance(model, str):
+        return
+    path = Path(model).expanduser()
+    if path.is_dir():
+        path = path / "config.json"
+    elif not model.endswith(".json"):
         return
     try:
-        cfg = json.loads(Path(model).read_text(encoding="utf-8"))
+        cfg = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return  # resolve_model has already reported an unreadable file
     if isinstance(cfg, dict):

@@ -14,6 +14,7 @@ returns a :class:`RunSummary`; the run directory is always kept.
 
 from __future__ import annotations
 
+import math
 import platform
 import re
 import signal
@@ -148,8 +149,10 @@ def job_json(job: Any) -> dict[str, Any]:
     """The job as JSON for ``run.json``; a transformer's preset is resolved to its architecture."""
     if job.kind is JobKind.TRANSFORMER and isinstance(job.model, str):
         from trainplan.run.workloads.checks import resolve_arch
+        from trainplan.run.workloads.pretrained import checkpoint_path
 
-        job = job.model_copy(update={"model": resolve_arch(job)})
+        checkpoint = checkpoint_path(job.model)  # a checkpoint directory stays a path: the workers load its weights
+        job = job.model_copy(update={"model": str(checkpoint.resolve()) if checkpoint else resolve_arch(job)})
     return job.model_dump(mode="json", exclude_none=True)
 
 
@@ -189,6 +192,7 @@ def check_job(job: Any, script: Path | None) -> Any:
         check_supported(job, resolve_arch(job))
         if job.data not in (None, "synthetic") and not Path(job.data).expanduser().is_file():
             raise SpecError(f"data file not found: {job.data} (or use data: synthetic)", field="data")
+        check_pretrained(job)
     else:
         import_callable(job.model, field="model")
         check_loss(job.loss)
@@ -200,6 +204,58 @@ def check_job(job: Any, script: Path | None) -> Any:
                 )
             import_callable(job.data, field="data")
     return job
+
+
+def check_pretrained(job: Any) -> None:
+    """A checkpoint directory: weights that match its config, a tokenizer, and a data file to train on."""
+    from trainplan.run.workloads.pretrained import checkpoint_path, count_params, inspect_checkpoint
+
+    checkpoint = checkpoint_path(job.model)
+    if checkpoint is None:
+        if job.data_format is not None:
+            raise SpecError("data_format applies to a pretrained checkpoint (model: a directory as save_pretrained "
+                            "writes it); other transformer jobs read data as bytes", field="data_format")
+        return
+    if job.data in (None, "synthetic"):
+        raise SpecError("a pretrained checkpoint trains on a data file: JSONL, Parquet or text (data: PATH)", field="data")
+    from transformers import AutoConfig
+
+    expected = count_params(AutoConfig.from_pretrained(str(checkpoint)))
+    inspect_checkpoint(checkpoint, expected_params=expected, need_tokenizer=True)
+
+
+#: Called while the data is tokenized: (records done, records in all).
+TokenizeProgress = Callable[[int, int], None]
+
+
+def prepare_data(job: Any, request: RunRequest, progress: TokenizeProgress | None) -> Any:
+    """Tokenize a pretrained job's data (None when the run directory's cache already holds it, or no checkpoint)."""
+    from trainplan.run.workloads import textdata
+    from trainplan.run.workloads.pretrained import checkpoint_path
+
+    checkpoint = checkpoint_path(job.model) if job.kind is JobKind.TRANSFORMER else None
+    if checkpoint is None or request.script is not None:
+        return None
+    data = Path(job.data).expanduser()
+    key = textdata.cache_key(checkpoint, data, job.data_format or textdata.DataFormat(), job.seq_len, job.seed)
+    if request.resume and (request.out / "run.json").exists():
+        if textdata.cached_key(request.out) != key:
+            raise SpecError("the data, its format or the tokenizer changed since the run started; "
+                            "start a new run (--out elsewhere, or --overwrite)", field="--resume")
+        return None
+    return textdata.prepare(checkpoint, data, job.data_format, job.seq_len, job.seed, progress)
+
+
+def data_stats(out: Path) -> Any:
+    """The statistics of the tokenized data cached in ``out`` (None without a cache)."""
+    import json
+
+    from trainplan.run.workloads.textdata import DataStats, cache_dir
+
+    try:
+        return DataStats(**json.loads((cache_dir(out) / "data.json").read_text(encoding="utf-8"))["stats"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 # --------------------------------------------------------------------------- the configuration
@@ -270,10 +326,16 @@ def resolve_config(
         )
     if request.checkpoint_every is not None and request.checkpoint_every < 1:
         raise SpecError(f"must be >= 1, got {request.checkpoint_every}", field="--checkpoint-every")
+    total_steps = job.total_steps(global_batch)
+    stats = data_stats(paths.root) if job.kind is JobKind.TRANSFORMER and request.script is None else None
+    if stats is not None:
+        notes = (*notes, stats.describe())
+        if job.epochs is not None:  # epochs of the tokenized data, whatever `dataset` estimated
+            total_steps = max(1, math.ceil(job.epochs * stats.rows / global_batch))
     return RunConfig(
         **base,
         world_size=world,
-        total_steps=job.total_steps(global_batch),
+        total_steps=total_steps,
         grad_accum=accum,
         micro_batch=micro,
         global_batch=global_batch,
@@ -382,10 +444,13 @@ def tabular_ns_per_cell(job: Any, result: WorkerResult) -> float | None:
 # --------------------------------------------------------------------------- the whole run
 
 
-def plan_launch(request: RunRequest) -> tuple[Any, Hardware, Option, RunPaths, RunConfig, LaunchSpec]:
-    """Everything up to (not including) the launch: checks, choice, run directory, rendered command."""
+def plan_launch(
+    request: RunRequest, *, tokenize_progress: TokenizeProgress | None = None
+) -> tuple[Any, Hardware, Option, RunPaths, RunConfig, LaunchSpec]:
+    """Everything up to (not including) the launch: checks, data, choice, run directory, rendered command."""
     job = apply_overrides(load_job(request.job_path), request.steps)
     job_for_prediction = check_job(job, request.script)
+    prepared = prepare_data(job, request, tokenize_progress)
     hw = probe_hardware(use_gpus=job.kind is not JobKind.TABULAR)
     strategy, devices = request.strategy, request.devices
     previous = _previous_config(request)
@@ -402,6 +467,10 @@ def plan_launch(request: RunRequest) -> tuple[Any, Hardware, Option, RunPaths, R
             field="--resume",
         )
     paths = prepare_run_dir(request.out, job=job_json(job), resume=request.resume, overwrite=request.overwrite)
+    if prepared is not None:
+        from trainplan.run.workloads.textdata import write_cache
+
+        write_cache(paths.root, prepared)
     config = resolve_config(job, option, paths, request)
     if job.kind is JobKind.KERAS and request.script is None:
         from trainplan.run.workloads.keras import render_keras
@@ -426,13 +495,15 @@ def execute(
     *,
     progress: ProgressFactory | None = None,
     on_planned: Callable[[Option, RunConfig, LaunchSpec], None] | None = None,
+    tokenize_progress: TokenizeProgress | None = None,
 ) -> RunSummary:
     """Run ``request`` to the end (or to preemption / failure) and summarise it.
 
     ``progress`` makes the display that follows the run's metrics while it
     trains (the CLI passes :class:`trainplan.cli.progress.ProgressView`); None shows nothing.
+    ``tokenize_progress`` is called while a pretrained job's data is tokenized.
     """
-    job, hw, option, paths, config, spec = plan_launch(request)
+    job, hw, option, paths, config, spec = plan_launch(request, tokenize_progress=tokenize_progress)
     if on_planned is not None:
         on_planned(option, config, spec)
     paths.result.unlink(missing_ok=True)

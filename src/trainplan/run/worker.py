@@ -32,14 +32,16 @@ def run_neural(config: RunConfig, job: Any) -> dict[str, Any] | None:
     if job.kind is JobKind.TRANSFORMER:
         from trainplan.run.workloads.transformer import transformer_workload
 
-        wl = transformer_workload(job, world_size=ctx.world_size, micro_batch=config.micro_batch)
+        wl = transformer_workload(job, world_size=ctx.world_size, micro_batch=config.micro_batch, config=config)
     else:
         from trainplan.run.workloads.torchjob import torch_workload
 
         wl = torch_workload(job, world_size=ctx.world_size, micro_batch=config.micro_batch, grad_accum=config.grad_accum)
     params = sum(p.numel() for p in wl.model.parameters())
     trainable = sum(p.numel() for p in wl.model.parameters() if p.requires_grad)
-    model, _ = ctx.wrap(wl.model, optimizer_factory(job.optimizer, job.learning_rate))
+    model, _ = ctx.wrap(wl.model, optimizer_factory(job.optimizer, job.learning_rate), materialize=wl.materialize)
+    if wl.materialize is not None:
+        ctx.log_event("load", how="sharded: each rank read its rows of each tensor")
     start = ctx.resume()
     tokens = config.global_batch * wl.tokens_per_sample if wl.tokens_per_sample else None
     status = RunStatus.COMPLETED
@@ -56,6 +58,14 @@ def run_neural(config: RunConfig, job: Any) -> dict[str, Any] | None:
         if ctx.end_of_step(step + 1, loss=mean_loss, tokens=tokens, samples=config.global_batch):
             status = RunStatus.PREEMPTED
             break
+        if wl.evaluate is not None and wl.eval_every and (step + 1) % wl.eval_every == 0 and step + 1 < config.total_steps:
+            ctx.log_event("eval", step=step + 1, eval_loss=wl.evaluate(model, ctx))
+    if status is RunStatus.COMPLETED and wl.evaluate is not None:
+        ctx.log_event("eval", step=config.total_steps, eval_loss=wl.evaluate(model, ctx))
+    if status is RunStatus.COMPLETED and wl.save_final is not None:
+        state = ctx.full_model_state()  # collective
+        if state is not None:
+            wl.save_final(state)
     workload = WorkloadFacts(
         params=params,
         trainable_params=trainable,
@@ -63,7 +73,7 @@ def run_neural(config: RunConfig, job: Any) -> dict[str, Any] | None:
         tokens_per_step=tokens,
         flops_per_token=wl.flops_per_token,
     )
-    return ctx.finish(status=status, workload=workload)
+    return ctx.finish(status=status, workload=workload, save_model=wl.save_final is None)
 
 
 def run_tabular(config: RunConfig, job: Any) -> WorkerResult:

@@ -38,7 +38,7 @@ from trainplan.run.runtime.telemetry import (
     measure_result,
     step_record,
 )
-from trainplan.run.runtime.wrapping import OptimizerArg, Placement, Wrapped, wrap
+from trainplan.run.runtime.wrapping import Materialize, OptimizerArg, Placement, Wrapped, wrap
 from trainplan.spec import Precision
 from trainplan.strategies import Strategy
 
@@ -139,15 +139,19 @@ class Context:
         write_json_atomic(self.paths.ranks / f"rank{self.rank}.{stage}.json", record)
 
     # ------------------------------------------------------------------ wrapping
-    def wrap(self, model: torch.nn.Module, optimizer: OptimizerArg) -> tuple[Any, Any]:
+    def wrap(
+        self, model: torch.nn.Module, optimizer: OptimizerArg, *, materialize: Materialize | None = None
+    ) -> tuple[Any, Any]:
         """Apply the strategy to ``model`` and ``optimizer``.
 
         ``optimizer`` is an optimizer over ``model``'s parameters, or a callable
         that makes one from an iterable of parameters.  Sharding strategies
         replace the parameters; the optimizer is then rebuilt with the same
-        hyper-parameters and groups over the new ones.
+        hyper-parameters and groups over the new ones.  Under FSDP a model whose
+        parameters are on the meta device is sharded first and then given its
+        storage by ``materialize(model, device)`` (each rank fills its shards).
         """
-        wrapped = wrap(model, optimizer, self._placement())
+        wrapped = wrap(model, optimizer, self._placement(), materialize=materialize)
         self._wrapped = wrapped
         self._stepper = Stepper(wrapped, self.grad_accum)
         self.model, self.optimizer = wrapped.model, wrapped.optimizer
@@ -235,6 +239,11 @@ class Context:
         self._fault.strike(step, rank=self.rank, restart_count=self.restart_count)
         self._clock.mark(step)  # checkpoint time is not step time
         return stop
+
+    def log_event(self, name: str, **fields: Any) -> None:
+        """Append an event line (``{"event": name, ...}``) to ``metrics.jsonl`` (rank 0; no-op elsewhere)."""
+        if self._metrics is not None:
+            self._metrics.event(name, **fields)
 
     def _peak_so_far(self) -> int:
         return max(self._clock.peak_before, self._peak.peak_bytes())

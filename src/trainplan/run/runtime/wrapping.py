@@ -24,6 +24,8 @@ from trainplan.spec import Precision
 from trainplan.strategies import Engine, Strategy
 
 OptimizerArg = torch.optim.Optimizer | Callable[[Any], torch.optim.Optimizer]
+#: Fills a sharded meta-device model's storage on a device (each rank its own shards).
+Materialize = Callable[[torch.nn.Module, torch.device], None]
 
 
 @dataclass(frozen=True)
@@ -98,13 +100,20 @@ def _is_factory(optimizer: Any) -> bool:
     return callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer)
 
 
-def wrap(model: torch.nn.Module, optimizer: OptimizerArg, placement: Placement) -> Wrapped:
-    """Apply ``placement.strategy`` to ``model`` and ``optimizer`` (an optimizer over its parameters, or a factory)."""
+def wrap(model: torch.nn.Module, optimizer: OptimizerArg, placement: Placement, *,
+         materialize: Materialize | None = None) -> Wrapped:
+    """Apply ``placement.strategy`` to ``model`` and ``optimizer`` (an optimizer over its parameters, or a factory).
+
+    A model on the meta device is accepted under FSDP only, with ``materialize``
+    to fill its shards after sharding.
+    """
     engine = placement.strategy.engine
+    if engine is Engine.FSDP:
+        return _wrap_fsdp(model, optimizer, placement, materialize)
+    if any(p.is_meta for p in model.parameters()):
+        raise RuntimeError(f"a model on the meta device can be wrapped by FSDP only, not {placement.strategy.value}")
     if engine is Engine.TORCH:
         return _wrap_torch(model, optimizer, placement)
-    if engine is Engine.FSDP:
-        return _wrap_fsdp(model, optimizer, placement)
     return _wrap_deepspeed(model, optimizer, placement)
 
 
@@ -123,13 +132,18 @@ def _wrap_torch(model: torch.nn.Module, optimizer: OptimizerArg, placement: Plac
     return Wrapped(model, opt, strategy, scaler=scaler)
 
 
-def _wrap_fsdp(model: torch.nn.Module, optimizer: OptimizerArg, placement: Placement) -> Wrapped:
+def _wrap_fsdp(model: torch.nn.Module, optimizer: OptimizerArg, placement: Placement,
+               materialize: Materialize | None = None) -> Wrapped:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
     strategy, device, precision = placement.strategy, placement.device, placement.precision
     names = param_names(model)
-    model = model.to(device)
+    on_meta = any(p.is_meta for p in model.parameters())
+    if on_meta and materialize is None:
+        raise RuntimeError("the model is on the meta device: pass materialize= to fill its shards")
+    if not on_meta:
+        model = model.to(device)
     if precision is Precision.BF16_PURE:
         model = model.to(torch.bfloat16)
     mesh = init_device_mesh(device.type, (placement.world_size,))
@@ -143,6 +157,10 @@ def _wrap_fsdp(model: torch.nn.Module, optimizer: OptimizerArg, placement: Place
     for block in shard_blocks(model):
         fully_shard(block, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp, offload_policy=offload)
     fully_shard(model, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp, offload_policy=offload)
+    if on_meta:
+        assert materialize is not None
+        # with CPU offload the shards live in host memory
+        materialize(model, torch.device("cpu") if strategy is Strategy.FSDP_OFFLOAD else device)
     return Wrapped(model, rebuild_optimizer(optimizer, names, model), strategy)
 
 

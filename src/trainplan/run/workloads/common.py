@@ -26,6 +26,13 @@ class NeuralWorkload:
     loss: Callable[[Any, Any], torch.Tensor]
     tokens_per_sample: int | None = None  # transformer jobs
     flops_per_token: float | None = None  # model FLOPs per trained token
+    #: fills a meta-device model's shards after FSDP sharded it (a pretrained checkpoint under FSDP)
+    materialize: Callable[[torch.nn.Module, torch.device], None] | None = None
+    #: collective: mean loss per target token over the eval rows (None without an eval split)
+    evaluate: Callable[[Any, Any], float] | None = None
+    eval_every: int | None = None
+    #: rank 0: write the trained model (given its full state dict) where users' tools read it
+    save_final: Callable[[dict[str, torch.Tensor]], Any] | None = None
 
 
 def batch_generator(seed: int, *key: int) -> torch.Generator:

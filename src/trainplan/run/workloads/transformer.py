@@ -1,6 +1,11 @@
-"""Built-in workload for ``kind: transformer``: a causal LM from the job's architecture.
+"""Built-in workload for ``kind: transformer``: a causal LM, pretrained or from the job's architecture.
 
-The model is a Hugging Face ``transformers`` model with random weights (seeded
+``model: ./checkpoint`` (a directory as ``save_pretrained`` writes it): the
+checkpoint's weights, trained on the job's data tokenized by its tokenizer
+(:mod:`.textdata`, prepared by the parent process), saved back to ``DIR/final/``
+(:mod:`.pretrained`).
+
+Otherwise the model is a Hugging Face ``transformers`` model with random weights (seeded
 by the job's ``seed``): Llama-style (``LlamaForCausalLM``) for rotary
 positions, GPT-2-style (``GPT2LMHeadModel``) for learned positions.  Training
 text is a local file read as bytes (token = byte value, folded into the
@@ -22,8 +27,10 @@ from trainplan.errors import SpecError
 from trainplan.run.workloads.checks import check_supported, resolve_arch
 from trainplan.run.workloads.common import NeuralWorkload, batch_generator
 from trainplan.model import ModelArch
+from trainplan.run.config import RunConfig
+from trainplan.strategies import Engine
 from trainplan.model import hf_config as model_hf_config
-from trainplan.spec import Checkpointing, TransformerJob
+from trainplan.spec import Checkpointing, Method, Precision, TransformerJob
 
 
 def hf_config(arch: ModelArch, seq_len: int) -> Any:
@@ -34,6 +41,27 @@ def hf_config(arch: ModelArch, seq_len: int) -> Any:
     return AutoConfig.for_model(kwargs.pop("model_type"), **kwargs)
 
 
+def lora_targets(job: TransformerJob, arch: ModelArch) -> Any:
+    """peft's ``target_modules`` for the job's LoRA targets."""
+    assert job.lora_spec is not None
+    if arch.position == "learned":  # GPT-2 names its projections differently
+        return ["c_attn", "c_proj", "c_fc"]
+    return "all-linear" if "all-linear" in job.lora_spec.targets else list(job.lora_spec.targets)
+
+
+def finish_model(model: torch.nn.Module, job: TransformerJob, arch: ModelArch) -> torch.nn.Module:
+    """Activation checkpointing and LoRA adapters as the job says."""
+    if job.activation_checkpointing is not Checkpointing.NONE:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    lora = job.lora_spec
+    if lora is not None:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=lora.rank, lora_alpha=lora.alpha or 2 * lora.rank,
+                                                 target_modules=lora_targets(job, arch)))
+    return model
+
+
 def build_model(job: TransformerJob, arch: ModelArch) -> torch.nn.Module:
     """The randomly initialised causal LM, with LoRA adapters and activation checkpointing as the job says."""
     from transformers import AutoModelForCausalLM
@@ -41,17 +69,7 @@ def build_model(job: TransformerJob, arch: ModelArch) -> torch.nn.Module:
     config = hf_config(arch, job.seq_len)
     torch.manual_seed(job.seed)
     model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
-    if job.activation_checkpointing is not Checkpointing.NONE:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    lora = job.lora_spec
-    if lora is not None:
-        from peft import LoraConfig, get_peft_model
-
-        targets: Any = "all-linear" if "all-linear" in lora.targets else list(lora.targets)
-        if arch.position == "learned":  # GPT-2 names its projections differently
-            targets = ["c_attn", "c_proj", "c_fc"]
-        model = get_peft_model(model, LoraConfig(r=lora.rank, lora_alpha=lora.alpha or 2 * lora.rank, target_modules=targets))
-    return model
+    return finish_model(model, job, arch)
 
 
 class TokenSource:
@@ -92,8 +110,119 @@ def flops_per_token(model: torch.nn.Module, arch: ModelArch, seq_len: int) -> fl
     return 6.0 * n + 12.0 * arch.layers * arch.heads * head_dim * seq_len
 
 
-def transformer_workload(job: TransformerJob, *, world_size: int, micro_batch: int) -> NeuralWorkload:
+def load_dtype(job: TransformerJob, config: RunConfig) -> torch.dtype:
+    """The dtype the checkpoint is loaded in: fp32 master weights, except a frozen LoRA base on a GPU in
+    16-bit precision (kept in that 16-bit type, as the estimate counts it) and bf16-pure."""
+    if config.precision is Precision.BF16_PURE:
+        return torch.bfloat16
+    if job.method is not Method.FULL and config.accelerator.value == "cuda":
+        if config.precision is Precision.BF16:
+            return torch.bfloat16
+        if config.precision is Precision.FP16:
+            return torch.float16
+    return torch.float32
+
+
+def pretrained_workload(job: TransformerJob, checkpoint: Path, config: RunConfig) -> NeuralWorkload:
+    """A checkpoint fine-tuned on the job's tokenized data (``DIR/data``, written by the parent)."""
+    from trainplan.run.workloads import pretrained, textdata
+
+    arch = resolve_arch(job)
+    check_supported(job, arch)
+    dtype = load_dtype(job, config)
+    torch.manual_seed(job.seed)  # LoRA adapters are drawn from the global generator: the same on every rank and run
+    out = Path(config.out_dir)
+    files = pretrained._weight_files(checkpoint)
+    materialize = None
+    if config.strategy.engine is Engine.FSDP and config.world_size > 1:
+        model = finish_model(pretrained.build_on_meta(checkpoint, dtype), job, arch)
+        if pretrained.sharded_loading_possible(model, files):
+            def materialize(m: torch.nn.Module, device: torch.device) -> None:
+                pretrained.materialize_sharded(m, files, device, job.seed)
+        else:  # names differ from the checkpoint's (a converted layout): load it whole on every rank
+            model = finish_model(pretrained.load_full(checkpoint, dtype), job, arch)
+    else:
+        model = finish_model(pretrained.load_full(checkpoint, dtype), job, arch)
+    train, evaluation = textdata.read_cache(out)
+    sampler = textdata.RowSampler(train, seed=job.seed, world_size=config.world_size,
+                                  micro_batch=config.micro_batch, grad_accum=config.grad_accum)
+
+    def loss(model: Any, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return model(**inputs).loss
+
+    evaluate = None
+    if evaluation is not None:
+        def evaluate(model: Any, ctx: Any) -> float:
+            return eval_loss(model, ctx, evaluation, config.micro_batch)
+
+    lora = job.lora_spec
+    targets = lora_targets(job, arch) if lora is not None else None
+
+    def save_final(state: dict[str, torch.Tensor]) -> Path:
+        return pretrained.save_final(state, checkpoint, out, lora=lora, lora_targets=targets)
+
+    return NeuralWorkload(
+        model=model,
+        batch=sampler.batch,
+        loss=loss,
+        tokens_per_sample=job.seq_len,
+        flops_per_token=flops_per_token(model, arch, job.seq_len),
+        materialize=materialize,
+        evaluate=evaluate,
+        eval_every=job.data_format.eval_every if job.data_format else None,
+        save_final=save_final,
+    )
+
+
+def eval_loss(model: Any, ctx: Any, rows: Any, micro_batch: int) -> float:
+    """Collective: mean cross-entropy per target token over every eval row (rows striped over the ranks).
+
+    Every rank runs the same number of forward passes (FSDP and ZeRO-3 gather
+    parameters collectively); a rank past the end repeats row 0 with weight 0.
+    """
+    from trainplan.run.workloads.textdata import IGNORE
+
+    n, world, rank = rows.rows, ctx.world_size, ctx.rank
+    passes = -(-n // (world * micro_batch))
+    total = torch.zeros(2, dtype=torch.float64)
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        for i in range(passes):
+            first = (i * world + rank) * micro_batch
+            idx = [j if j < n else 0 for j in range(first, first + micro_batch)]
+            weight = torch.tensor([1.0 if j < n else 0.0 for j in range(first, first + micro_batch)])
+            ids = rows.input_ids[idx].long().to(ctx.device)
+            labels = rows.labels[idx].long()
+            with ctx.autocast():
+                logits = model(input_ids=ids).logits
+            targets = labels[:, 1:]
+            per_token = torch.nn.functional.cross_entropy(
+                logits[:, :-1].float().cpu().reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                ignore_index=IGNORE, reduction="none").view(targets.shape)
+            keep = (targets != IGNORE).float() * weight[:, None]
+            total += torch.tensor([float((per_token * keep).sum()), float(keep.sum())], dtype=torch.float64)
+    if was_training:
+        model.train()
+    if ctx.distributed:
+        from trainplan.run.runtime import process
+
+        t = total.to(process.collective_device(ctx.device))
+        torch.distributed.all_reduce(t)
+        total = t.cpu()
+    return float(total[0] / total[1]) if total[1] > 0 else float("nan")
+
+
+def transformer_workload(job: TransformerJob, *, world_size: int, micro_batch: int,
+                         config: RunConfig | None = None) -> NeuralWorkload:
     """Model, batches and loss of a transformer job."""
+    from trainplan.run.workloads.pretrained import checkpoint_path
+
+    checkpoint = checkpoint_path(job.model)
+    if checkpoint is not None:
+        if config is None:
+            raise ValueError("a pretrained checkpoint is trained through trainplan run (it needs the run's config)")
+        return pretrained_workload(job, checkpoint, config)
     arch = resolve_arch(job)
     check_supported(job, arch)
     model = build_model(job, arch)
