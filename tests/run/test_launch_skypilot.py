@@ -24,6 +24,7 @@ from trainplan.catalog import get_catalog
 from trainplan.cli.common import example_path
 from trainplan.errors import SpecError
 from trainplan.run.targets.skypilot import SKY_ACCELERATORS
+from trainplan.run.targets.wheel import installed_wheel
 
 PARSE = r"""
 import json, sys
@@ -88,7 +89,8 @@ def test_skypilot_parses_the_rendered_tasks(tmp_path: Path) -> None:
     assert sorted(r["cloud"] for r in a["resources"]) == ["AWS", "Azure", "GCP"]
     assert all(r["accelerators"] == {"A100-80GB": 4} and not r["use_spot"] for r in a["resources"])
     assert a["storage"] == {"/checkpoints": {"name": "trainplan-llama7b-sft-ckpt", "mode": "StorageMode.MOUNT"}}
-    assert a["setup"].strip() == "pip install 'trainplan[torch,deepspeed]'"
+    wheel, _ = installed_wheel()  # trainplan is not on the package index: the task carries a wheel of this one
+    assert a["setup"].strip() == f"pip install './{wheel}[torch,deepspeed]'" and (ref.out / wheel).is_file()
     assert "--standalone" in a["run"] and "--nproc-per-node=4" in a["run"] and a["run"].rstrip().endswith("trainplan.run.worker run.json")
     assert json.loads((ref.out / "run.json").read_text())["out_dir"] == "/checkpoints/llama7b-sft"  # resumes from the bucket
     assert json.loads((ref.out / "ds_config.json").read_text())["zero_optimization"]["stage"] == 2
@@ -110,3 +112,47 @@ def test_a_cloud_the_plan_did_not_consider(tmp_path: Path) -> None:
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
     plan, _ = render_to(job, "skypilot", tmp_path / "c", gpu="A100-80GB", gpus=4, strategy="zero2", options={"cloud": "GCP"})
     assert yaml.safe_load((plan.out / "task.yaml").read_text())["resources"]["infra"] == "gcp"
+
+
+@pytest.mark.slow
+def test_the_rendered_setup_installs_this_trainplan_in_a_fresh_environment(tmp_path: Path) -> None:
+    """The task's `setup` line, run in a fresh virtual environment from the task's workdir, installs the rendered wheel.
+
+    The fresh environment sees this one's packages through a .pth file (the dependencies: no index is needed), but
+    not trainplan's editable install, so `import trainplan` works only if the wheel was installed.
+    """
+    plan, _ = render_to(example_path("llama7b-sft.yaml"), "skypilot", tmp_path / "task", gpu="A100-80GB", gpus=4,
+                        strategy="zero2")  # fmt: skip
+    task = yaml.safe_load((plan.out / "task.yaml").read_text())
+    venv = tmp_path / "fresh"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    py = venv / "bin" / "python"
+    purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    import sysconfig
+
+    (Path(purelib) / "base.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # the venv's own (older) setuptools would shadow this environment's, which torch's requirement needs
+    subprocess.run([str(py), "-m", "pip", "uninstall", "-q", "-y", "setuptools"], capture_output=True, timeout=120)
+    env = {**os.environ, "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}", "PIP_NO_INDEX": "1",
+           "PYTHONPATH": "", "VIRTUAL_ENV": str(venv)}  # fmt: skip
+    setup = subprocess.run(["bash", "-c", task["setup"]], cwd=plan.out, env=env, capture_output=True, text=True, timeout=300)
+    assert setup.returncode == 0, setup.stderr[-2000:]
+    where = subprocess.run([str(py), "-c", "import trainplan, trainplan.run.worker; print(trainplan.__file__)"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert where.returncode == 0, where.stderr[-2000:]
+    assert Path(where.stdout.strip()).is_relative_to(Path(purelib))  # the wheel's copy, not this checkout
+    assert (venv / "bin" / "trainplan").is_file()  # the console script came with it
+
+
+def test_nodes_run_the_interpreter_named_with_python(tmp_path: Path) -> None:
+    plan, rendered = render_to(example_path("llama7b-sft.yaml"), "slurm", tmp_path / "slurm", gpu="A100-80GB", gpus=4,
+                               strategy="zero2", options={"partition": "gpu", "python": "/opt/env/bin/python3"})  # fmt: skip
+    script = (plan.out / "job.sbatch").read_text()
+    assert "srun --nodes=1 --ntasks-per-node=1 /opt/env/bin/python3 -c 'import trainplan'" in script
+    assert "/opt/env/bin/python3 -m torch.distributed.run" in script and sys.executable not in script
+    wheel, data = installed_wheel()
+    assert (plan.out / wheel).read_bytes() == data and any(f"pip install '{plan.out / wheel}[torch,deepspeed]'" in n for n in rendered.notes)
+    plan, rendered = render_to(example_path("llama7b-sft.yaml"), "torchrun", tmp_path / "tr", gpu="A100-80GB", gpus=4,
+                               strategy="zero2", options={"python": "python3.12"})  # fmt: skip
+    assert rendered.commands[0].argv[0] == "python3.12"

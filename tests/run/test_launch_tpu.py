@@ -28,6 +28,7 @@ from trainplan.catalog import get_catalog
 from trainplan.cli.common import example_path
 from trainplan.cli.main import main
 from trainplan.errors import SpecError
+from trainplan.run.targets.wheel import installed_wheel
 from trainplan.run.tpu import CHIPS_PER_HOST, runtime_version, slice_hosts
 
 REPO = Path(__file__).resolve().parents[2]
@@ -117,7 +118,8 @@ def test_skypilot_parses_the_rendered_tpu_tasks(tmp_path: Path) -> None:
                                "accelerator_args": {"runtime_version": "tpu-vm-tf-2.16.1-pjrt", "tpu_vm": True}}]  # fmt: skip
     assert k["run"].splitlines()[-1] == "python3 -m trainplan.run.workloads.keras run.json"
     assert k["envs"]["TRAINPLAN_TF_STRATEGY"] == "TPUStrategy" and "PJRT_DEVICE" not in k["envs"]
-    assert k["setup"].strip() == "pip install trainplan"  # the TF image brings TensorFlow; tensorflow-cpu would replace it
+    # the TF image brings TensorFlow (tensorflow-cpu would replace it): the rendered wheel of trainplan, no extras
+    assert k["setup"].strip() == f"pip install ./{installed_wheel()[0]}"
     run_json = json.loads((keras.out / "run.json").read_text())
     assert run_json["world_size"] == 8 and run_json["grad_accum"] == 1  # 8 chips × 32 = the global batch of 256
     assert any("8 TPUv5e chips on 1 TPU VM host" in n for n in keras_out.notes)

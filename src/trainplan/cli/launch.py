@@ -66,7 +66,8 @@ def launch_command(
     workers: Annotated[Optional[int], typer.Option(help="Ray / Dask, tabular jobs: workers.")] = None,
     cloud: Annotated[Optional[str], typer.Option(help="SkyPilot: one of the clouds the plan considered.")] = None,
     bucket: Annotated[Optional[str], typer.Option(help="SkyPilot: the checkpoint bucket.")] = None,
-    install: Annotated[Optional[str], typer.Option(help="SkyPilot setup: what `pip install` gets.")] = None,
+    install: Annotated[Optional[str], typer.Option(help="SkyPilot setup: what `pip install` gets (default: the rendered wheel of this trainplan).")] = None,
+    python: Annotated[Optional[str], typer.Option("--python", help="The interpreter on the nodes (SLURM, torchrun, DeepSpeed, Ray, Dask; default: this one).")] = None,
     horovod: Annotated[str, typer.Option(help="Horovod controller: gloo or mpi.")] = "gloo",
     iface: Annotated[Optional[str], typer.Option(help="Network interface for NCCL / gloo.")] = None,
     max_restarts: Annotated[int, typer.Option(help="torchrun: restarts of the worker group after a worker dies.")] = 2,
@@ -91,7 +92,7 @@ def launch_command(
         options=LaunchOptions(
             master_addr=master_addr, master_port=master_port, node_rank=node_rank, hostfile=hostfile,
             partition=partition, time_margin=time_margin, address=address, workers=workers, cloud=cloud,
-            bucket=bucket, install=install, horovod_mode=horovod, iface=iface, max_restarts=max_restarts,
+            bucket=bucket, install=install, python=python, horovod_mode=horovod, iface=iface, max_restarts=max_restarts,
             script=script.resolve() if script else None, script_args=tuple(script_arg or ()),
         ),
     )  # fmt: skip

@@ -88,6 +88,7 @@ class LaunchOptions:
     cloud: str | None = None  # SkyPilot: one of the clouds the plan considered
     bucket: str | None = None  # SkyPilot: checkpoint bucket
     install: str | None = None  # SkyPilot setup: what `pip install` gets
+    python: str | None = None  # the interpreter on the nodes (default: this one, for nodes sharing its file system)
     horovod_mode: str = "gloo"  # gloo | mpi
     iface: str | None = None  # NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
     max_restarts: int = 2
@@ -138,10 +139,10 @@ class Command:
 
 @dataclass(frozen=True)
 class Rendered:
-    """A rendered launch: files (name relative to ``out`` → text) and the commands, in order."""
+    """A rendered launch: files (name relative to ``out`` → text, or bytes: the wheel) and the commands, in order."""
 
     target: Target
-    files: dict[str, str]
+    files: dict[str, str | bytes]
     commands: tuple[Command, ...]
     notes: tuple[str, ...] = ()
     executable: frozenset[str] = frozenset()  # file names written with the executable bit

@@ -10,23 +10,44 @@ from trainplan.errors import SpecError
 from trainplan.measure.probe import Accelerator
 from trainplan.run.config import CONFIG_ENV
 from trainplan.run.targets.base import LaunchPlan
+from trainplan.run.targets.wheel import installed_wheel
 
 RUN_JSON = "run.json"
 DS_CONFIG = "ds_config.json"
 JOB_COPY = "job.yaml"
 
 
-def base_files(plan: LaunchPlan) -> dict[str, str]:
-    """``run.json`` (what every worker reads), the job file's copy and, for ZeRO strategies, ``ds_config.json``."""
-    files = {RUN_JSON: plan.config.dumps(), JOB_COPY: plan.job_path.read_text(encoding="utf-8")}
+def base_files(plan: LaunchPlan, *, wheel: bool = False) -> dict[str, str | bytes]:
+    """``run.json`` (what every worker reads), the job file's copy, for ZeRO strategies ``ds_config.json``, and
+    with ``wheel`` a wheel of the installed trainplan for nodes that do not have it (:mod:`.wheel`)."""
+    files: dict[str, str | bytes] = {RUN_JSON: plan.config.dumps(), JOB_COPY: plan.job_path.read_text(encoding="utf-8")}
     if plan.config.deepspeed is not None:
         files[DS_CONFIG] = json.dumps(plan.config.deepspeed, indent=2, sort_keys=True) + "\n"
+    if wheel:
+        name, data = installed_wheel()
+        files[name] = data
     return files
 
 
-def python() -> str:
-    """The interpreter the commands run (this one: the nodes are expected to share the environment's path)."""
+def python(plan: LaunchPlan | None = None) -> str:
+    """The interpreter the commands run: ``--python``, else this one (nodes sharing this file system)."""
+    if plan is not None and plan.options.python:
+        return plan.options.python
     return sys.executable or "python3"
+
+
+def extras(plan: LaunchPlan) -> str:
+    """The extras a node needs for this plan."""
+    if plan.is_tabular:
+        return "tabular"
+    return "torch,deepspeed" if plan.config.deepspeed is not None else "torch"
+
+
+def install_hint(plan: LaunchPlan) -> str:
+    """How to install trainplan on a node from the rendered wheel (a note of the targets that carry one)."""
+    name, _ = installed_wheel()
+    return (f"the nodes run {python(plan)} (--python to change it); where it lacks trainplan: "
+            f"{python(plan)} -m pip install '{plan.path(name)}[{extras(plan)}]'")
 
 
 def worker_target(plan: LaunchPlan, config_path: str, *, module_flag: str = "--module") -> list[str]:

@@ -127,6 +127,6 @@ def render(plan: LaunchPlan) -> Rendered:
     files = base_files(plan)
     files[DRIVER] = source
     address = plan.options.address
-    argv = (python(), str(plan.path(DRIVER)), *([address] if address else []))
+    argv = (python(plan), str(plan.path(DRIVER)), *([address] if address else []))
     where = f"this machine, as a client of the scheduler at {address}" if address else f"this machine (a LocalCluster of {workers} workers)"
     return Rendered(plan.target, files, (Command(argv=argv, where=where, cwd=plan.out),))

@@ -16,7 +16,15 @@ import re
 
 from trainplan.errors import SpecError
 from trainplan.run.targets.base import Command, LaunchPlan, Rendered, unsupported
-from trainplan.run.targets.common import RUN_JSON, base_files, hosts_for, python, worker_env, worker_target
+from trainplan.run.targets.common import (
+    RUN_JSON,
+    base_files,
+    hosts_for,
+    install_hint,
+    python,
+    worker_env,
+    worker_target,
+)
 from trainplan.strategies import Engine
 
 HOSTFILE = "hostfile"
@@ -44,7 +52,7 @@ def render(plan: LaunchPlan) -> Rendered:
     env = worker_env(plan, config_path)
     master = plan.options.master_addr or ("127.0.0.1" if len(hosts) == 1 else next(iter(hosts)))
     argv = [
-        python(), "-m", "deepspeed.launcher.runner",
+        python(plan), "-m", "deepspeed.launcher.runner",
         "--hostfile", str(plan.path(HOSTFILE)),
         "--num_nodes", str(p.nodes),
         "--num_gpus", str(p.procs_per_node),
@@ -54,7 +62,7 @@ def render(plan: LaunchPlan) -> Rendered:
     if len(hosts) == 1:
         argv.append("--no_ssh_check")  # one host: started locally, no SSH involved
     argv += worker_target(plan, config_path)
-    files = base_files(plan)
+    files = base_files(plan, wheel=True)
     files[HOSTFILE] = "".join(f"{host} slots={slots}\n" for host, slots in hosts.items())
     for key, value in env.items():
         if SHELL_ACTIVE_IN_DOUBLE_QUOTES.search(value):
@@ -62,6 +70,7 @@ def render(plan: LaunchPlan) -> Rendered:
                 f"{key}={value!r} would be expanded by the shell on every node (DeepSpeed's launcher exports "
                 "deepspeed_env values in double quotes); use a path without $, `, \", \\ or line breaks", field="--out")
     files[ENV_FILE] = "".join(f"{k}={v}\n" for k, v in env.items())
-    notes = ("the launcher reaches the other hosts over passwordless SSH (pdsh)",) if len(hosts) > 1 else ()
+    notes = (("the launcher reaches the other hosts over passwordless SSH (pdsh)",) if len(hosts) > 1 else ()) + (
+        install_hint(plan),)
     command = Command(argv=tuple(argv), env={**env, "DS_ENV_FILE": str(plan.path(ENV_FILE))}, where="node 0", cwd=plan.out)
     return Rendered(plan.target, files, (command,), notes)

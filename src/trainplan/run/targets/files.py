@@ -42,7 +42,10 @@ def write_rendered(rendered: Rendered, out: Path) -> list[Path]:
         for name, text in files.items():
             path = staging / name
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
+            if isinstance(text, bytes):
+                path.write_bytes(text)
+            else:
+                path.write_text(text, encoding="utf-8")
             if name in rendered.executable:
                 path.chmod(0o755)
         if out.exists():

@@ -41,6 +41,6 @@ def render(plan: LaunchPlan) -> Rendered:
     ]  # fmt: skip
     if plan.options.iface:
         argv += ["--network-interface", plan.options.iface]
-    argv += [python(), str(plan.options.script), *plan.options.script_args]
+    argv += [python(plan), str(plan.options.script), *plan.options.script_args]
     command = Command(argv=tuple(argv), env=worker_env(plan, config_path), where="node 0", cwd=plan.out)
     return Rendered(plan.target, base_files(plan), (command,))

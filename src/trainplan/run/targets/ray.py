@@ -195,6 +195,6 @@ def render(plan: LaunchPlan) -> Rendered:
         argv = ("ray", "job", "submit", "--address", address, "--working-dir", str(plan.out), "--", "python", DRIVER)
         where = f"this machine, submitting to the Ray cluster at {address}"
     else:
-        argv = (python(), str(plan.path(DRIVER)))
+        argv = (python(plan), str(plan.path(DRIVER)))
         where = "this machine (a local Ray instance)"
     return Rendered(plan.target, files, (Command(argv=argv, where=where, cwd=plan.out),))

@@ -25,7 +25,8 @@ from trainplan.errors import SpecError
 from trainplan.measure.probe import Accelerator
 from trainplan.run.launch import uses_torchrun
 from trainplan.run.targets.base import Command, LaunchPlan, Rendered, unsupported
-from trainplan.run.targets.common import RUN_JSON, base_files, worker_env, worker_target
+from trainplan.run.targets.common import RUN_JSON, base_files, extras, worker_env, worker_target
+from trainplan.run.targets.wheel import installed_wheel
 from trainplan.run.targets.torchrun import node_argv
 
 TASK = "task.yaml"
@@ -111,11 +112,11 @@ def _run(plan: LaunchPlan) -> str:
 
 
 def _install(plan: LaunchPlan) -> str:
+    """What setup installs: ``--install``, else the rendered wheel of this trainplan (uploaded with the workdir)."""
     if plan.options.install:
         return plan.options.install
-    if plan.is_tabular:
-        return "trainplan[tabular]"
-    return "trainplan[torch,deepspeed]" if plan.config.deepspeed is not None else "trainplan[torch]"
+    name, _ = installed_wheel()
+    return f"./{name}[{extras(plan)}]"
 
 
 class _Dumper(yaml.SafeDumper):
@@ -188,7 +189,7 @@ def render(plan: LaunchPlan) -> Rendered:
         "setup": f"pip install {shlex.quote(_install(plan))}\n",
         "run": _run(plan),
     }
-    files = base_files(plan)
+    files = base_files(plan, wheel=not plan.options.install)
     files[TASK] = _task_text(plan, task, bucket)
     return Rendered(plan.target, files, (_launch_command(plan, name),))
 
@@ -221,7 +222,8 @@ def _render_tpu(plan: LaunchPlan) -> Rendered:
     bucket = plan.options.bucket or f"trainplan-{name}-ckpt"
     env = worker_env(plan, RUN_JSON)
     tpu, notes = _tpu_task(plan, env)
-    install = plan.options.install or ("trainplan" if plan.job.kind.value == "keras" else "trainplan[torch]")
+    wheel, _ = installed_wheel()
+    install = plan.options.install or (f"./{wheel}" if plan.job.kind.value == "keras" else f"./{wheel}[torch]")
     task = {
         "name": name,
         "workdir": str(plan.out),
@@ -232,7 +234,7 @@ def _render_tpu(plan: LaunchPlan) -> Rendered:
         "setup": f"pip install {shlex.quote(install)}\n",
         "run": tpu["run"],
     }
-    files = base_files(plan)
+    files = base_files(plan, wheel=not plan.options.install)
     script = plan.options.script
     if script is not None:
         if script.name in files or script.name == TASK:

@@ -22,7 +22,8 @@ from trainplan.errors import SpecError
 from trainplan.measure.probe import Accelerator
 from trainplan.run.launch import uses_torchrun
 from trainplan.run.targets.base import Command, LaunchPlan, Rendered
-from trainplan.run.targets.common import RUN_JSON, base_files, python, worker_env, worker_target
+from trainplan.run.targets.common import RUN_JSON, base_files, extras, install_hint, python, worker_env, worker_target
+from trainplan.run.targets.wheel import installed_wheel
 from trainplan.run.targets.torchrun import node_argv
 
 SCRIPT = "job.sbatch"
@@ -47,7 +48,7 @@ def _job_name(name: str) -> str:
 def _launch_line(plan: LaunchPlan, config_path: str) -> str:
     p = plan.placement
     if not uses_torchrun(plan.config):  # tabular jobs, one plain process
-        argv = [python(), *worker_target(plan, config_path, module_flag="-m")]
+        argv = [python(plan), *worker_target(plan, config_path, module_flag="-m")]
     else:
         master = _MASTER if p.nodes > 1 else None
         argv = [a for a in node_argv(plan, 0, master_addr=master, config_path=config_path) if not a.startswith("--node-rank=")]
@@ -92,8 +93,18 @@ def render(plan: LaunchPlan) -> Rendered:
     ]
     if p.nodes > 1:
         lines.append('MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)')
-    lines.append(_launch_line(plan, config_path))
-    files = base_files(plan)
+    wheel, _ = installed_wheel()
+    py = shlex.quote(python(plan))
+    missing = (f"error: {python(plan)} cannot import trainplan on $(hostname); install it from the rendered wheel: "
+               f"{python(plan)} -m pip install '{plan.path(wheel)}[{extras(plan)}]' (or render with --python)")
+    lines += [
+        "# every node must import trainplan with the interpreter below (checked on each node before the run)",
+        f"srun --nodes={p.nodes} --ntasks-per-node=1 {py} -c 'import trainplan' || "
+        f"{{ echo {shlex.quote(missing)} >&2; exit 2; }}",
+        _launch_line(plan, config_path),
+    ]
+    files = base_files(plan, wheel=True)
     files[SCRIPT] = "\n".join(lines) + "\n"
     command = Command(argv=("sbatch", "--parsable", str(plan.path(SCRIPT))), where="a SLURM login node", cwd=plan.out)
-    return Rendered(plan.target, files, (command,), ("the run directory must be on storage every node sees",), frozenset({SCRIPT}))
+    notes = ("the run directory must be on storage every node sees", install_hint(plan))
+    return Rendered(plan.target, files, (command,), notes, frozenset({SCRIPT}))

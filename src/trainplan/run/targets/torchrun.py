@@ -13,7 +13,7 @@ from __future__ import annotations
 from trainplan.errors import SpecError
 from trainplan.run.launch import torchrun_args
 from trainplan.run.targets.base import Command, LaunchPlan, Rendered, unsupported
-from trainplan.run.targets.common import RUN_JSON, base_files, python, worker_env, worker_target
+from trainplan.run.targets.common import RUN_JSON, base_files, install_hint, python, worker_env, worker_target
 
 
 def node_argv(plan: LaunchPlan, node_rank: int, *, master_addr: str | None, config_path: str, interpreter: str | None = None) -> list[str]:
@@ -27,7 +27,7 @@ def node_argv(plan: LaunchPlan, node_rank: int, *, master_addr: str | None, conf
         master_addr=master_addr,
         master_port=plan.options.master_port,
         rdzv_id=f"trainplan-{plan.name}",
-        python=interpreter or python(),
+        python=interpreter or python(plan),
     )
     return argv + worker_target(plan, config_path)
 
@@ -54,5 +54,6 @@ def render(plan: LaunchPlan) -> Rendered:
         )
         for rank in range(nodes)
     )
-    notes = ("the run directory must be on storage every node sees (checkpoints, metrics)",) if nodes > 1 else ()
-    return Rendered(plan.target, base_files(plan), commands, notes)
+    notes = (("the run directory must be on storage every node sees (checkpoints, metrics)",) if nodes > 1 else ()) + (
+        install_hint(plan),)
+    return Rendered(plan.target, base_files(plan, wheel=True), commands, notes)
