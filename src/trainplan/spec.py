@@ -41,6 +41,7 @@ class JobKind(str, Enum):
     TABULAR = "tabular"
     TORCH = "torch"
     KERAS = "keras"
+    SCRIPT = "script"  # the user's own training script (trainplan run --script); no model to plan
 
 
 class Task(str, Enum):
@@ -455,7 +456,29 @@ class KerasJob(_FactoryJob):
         return self
 
 
-Job = Annotated[Union[TransformerJob, TabularJob, TorchJob, KerasJob], Field(discriminator="kind")]
+class ScriptJob(_NeuralJob):
+    """``kind: script``: your own training script, run by ``trainplan run --script`` under the chosen strategy.
+
+    It describes no model, so nothing is predicted; ``steps``, the batch split and the precision reach the script
+    through :mod:`trainplan.runtime` (``ctx.total_steps``, ``ctx.grad_accum`` …).
+    """
+
+    kind: Literal[JobKind.SCRIPT] = JobKind.SCRIPT
+    micro_batch: PositiveInt = 1
+    precision: Precision = Precision.FP32
+
+    @model_validator(mode="after")
+    def _steps(self) -> "ScriptJob":
+        if self.steps is None:
+            raise ValueError("give steps: the optimizer steps the script runs (ctx.total_steps)")
+        return self
+
+    def total_steps(self, global_batch: int) -> int:
+        assert self.steps is not None
+        return self.steps
+
+
+Job = Annotated[Union[TransformerJob, TabularJob, TorchJob, KerasJob, ScriptJob], Field(discriminator="kind")]
 _JOB_ADAPTER: TypeAdapter[Job] = TypeAdapter(Job)
 
 _MODELS_BY_KIND: dict[str, type[BaseModel]] = {
@@ -463,6 +486,7 @@ _MODELS_BY_KIND: dict[str, type[BaseModel]] = {
     "tabular": TabularJob,
     "torch": TorchJob,
     "keras": KerasJob,
+    "script": ScriptJob,
 }
 
 # --------------------------------------------------------------------------- loading
@@ -490,7 +514,7 @@ def _fields_at(loc: tuple[Any, ...], kind: str | None) -> list[str]:
 
 def _format_error(err: dict[str, Any], kind: str | None) -> tuple[str, str]:
     """One pydantic error → (field path, message)."""
-    loc = tuple(p for p in err["loc"] if p not in ("transformer", "tabular", "torch", "keras"))
+    loc = tuple(p for p in err["loc"] if p not in ("transformer", "tabular", "torch", "keras", "script"))
     # Drop union-branch names pydantic inserts (e.g. 'str', 'ModelArch', 'function-after[...]').
     loc = tuple(p for p in loc if not (isinstance(p, str) and (p[:1].isupper() or "[" in p or p in ("str", "int"))))
     field = ".".join(str(p) for p in loc) or "job"
@@ -529,10 +553,10 @@ def parse_job(data: Any, *, source: str | None = None, catalog: Catalog | None =
         raise SpecError("the job file must be a mapping of field: value", source=source)
     kind = data.get("kind")
     if kind is None:
-        raise SpecError("is required: one of transformer, tabular, torch, keras", field="kind", source=source)
+        raise SpecError("is required: one of transformer, tabular, torch, keras, script", field="kind", source=source)
     if kind not in _MODELS_BY_KIND:
         raise SpecError(
-            f"must be one of transformer, tabular, torch, keras, got {kind!r}{_did_you_mean(str(kind), list(_MODELS_BY_KIND))}",
+            f"must be one of transformer, tabular, torch, keras, script, got {kind!r}{_did_you_mean(str(kind), list(_MODELS_BY_KIND))}",
             field="kind",
             source=source,
         )

@@ -45,7 +45,10 @@ class ProgressView:
             console=self._console,
             transient=False,
         )
-        self._task = self._progress.add_task(description, total=total_steps, loss="", rate="")
+        # the bar has no total until the workers report their first step: a script that never calls
+        # ctx.end_of_step shows "waiting for the first step", not 0/N
+        self._total = total_steps
+        self._task = self._progress.add_task(description, total=None, loss="waiting for the first step", rate="")
         self._progress.start()
         self.last: dict[str, Any] = {}
 
@@ -54,7 +57,7 @@ class ProgressView:
         for record in self._tail.new_records():
             if "event" in record:
                 if record["event"] == "resume" and "step" in record:
-                    self._progress.update(self._task, completed=record["step"])
+                    self._progress.update(self._task, completed=record["step"], total=self._total)
                 continue
             self.last = record
             fields: dict[str, Any] = {}
@@ -66,10 +69,9 @@ class ProgressView:
                 fields["rate"] = _rate(record["rows_per_s"], "rows/s")
             elif record.get("samples_per_s") is not None:
                 fields["rate"] = _rate(record["samples_per_s"], "samples/s")
-            total = record.get("total_steps")
-            self._progress.update(
-                self._task, completed=record.get("step", 0), **({"total": total} if total else {}), **fields
-            )
+            total = record.get("total_steps") or self._total
+            fields.setdefault("loss", "")
+            self._progress.update(self._task, completed=record.get("step", 0), total=total, **fields)
 
     def close(self) -> None:
         self.refresh()

@@ -59,7 +59,9 @@ def _default_out(job: Path) -> Path:
 
 
 def run_command(
-    job: Annotated[Path, typer.Argument(help="Job file (YAML).", show_default=False)],
+    job: Annotated[
+        Optional[Path], typer.Argument(help="Job file (YAML); optional with --script (then give --steps).", show_default=False)
+    ] = None,
     out: Annotated[
         Optional[Path], typer.Option("--out", "-o", help="Run directory (default: runs/<job>-<time>).")
     ] = None,
@@ -87,9 +89,14 @@ def run_command(
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as one JSON line (the last line of stdout).")] = False,
 ) -> None:
     """Train JOB on this machine — the best option it can run, or the one named — and compare with the plan."""
+    named = job or script
+    if named is None:
+        from trainplan.errors import SpecError
+
+        raise SpecError("give a job file, or --script PATH to run your own script", field="JOB")
     request = RunRequest(
         job_path=job,
-        out=out or _default_out(job),
+        out=out or _default_out(named),
         strategy=strategy,
         devices=devices,
         steps=steps,

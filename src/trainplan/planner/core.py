@@ -11,7 +11,7 @@ from enum import Enum
 from typing import Callable, Iterable, Mapping, Sequence
 
 from trainplan.catalog import Catalog, get_catalog
-from trainplan.errors import InfeasibleError
+from trainplan.errors import InfeasibleError, SpecError
 from trainplan.estimate.compose import compose
 from trainplan.estimate.energy import option_energy, step_utilisation
 from trainplan.estimate.hardware import Hardware
@@ -20,7 +20,7 @@ from trainplan.estimate.result import Estimate, Rejection, RejectKind
 from trainplan.estimate.tabular import estimate_tabular
 from trainplan.estimate.transformer import transformer_profile
 from trainplan.planner.candidates import candidates
-from trainplan.spec import Checkpointing, Job, KerasJob, Method, TabularJob, TorchJob, TransformerJob
+from trainplan.spec import Checkpointing, Job, KerasJob, Method, ScriptJob, TabularJob, TorchJob, TransformerJob
 from trainplan.strategies import Strategy, strategies_for
 
 MEMORY_KINDS = (RejectKind.DEVICE_MEMORY, RejectKind.HOST_MEMORY)
@@ -208,6 +208,14 @@ def rank(estimates: Iterable[Estimate], job: Job, objective: Objective) -> Plan:
                 warnings=tuple(warnings))  # fmt: skip
 
 
+def require_model(job: Job) -> None:
+    """Refuse a job that describes no model (``kind: script``): there is nothing to estimate."""
+    if isinstance(job, ScriptJob):
+        raise SpecError("kind: script describes no model, so there is nothing to plan or estimate; describe the model "
+                        "(kind: transformer, torch, keras or tabular) or run the script with trainplan run --script",
+                        field="kind")
+
+
 def plan_job(
     job: Job,
     catalog: Catalog | None = None,
@@ -222,6 +230,7 @@ def plan_job(
 
     With ``hints``, each option rejected for memory says what would make it fit (:func:`fit_hint`).
     """
+    require_model(job)
     cat = catalog or get_catalog()
     obj = Objective(objective)
     profile = None if isinstance(job, TabularJob) else job_profile(job, cat, trace=trace)
@@ -323,6 +332,7 @@ def estimate_option(
 ) -> Estimate:
     """One configuration in detail: ``strategy`` on ``hw``, or without one the fastest strategy that fits
     (the smallest peak when none does); a memory rejection carries its fit hint."""
+    require_model(job)
     if isinstance(job, TabularJob):
         return make_estimator(job, catalog, efficiency_for=efficiency_for, regions=regions)(hw, None)
     profile = job_profile(job, catalog, trace=trace)

@@ -49,7 +49,7 @@ DEFAULT_CHECKPOINT_MINUTES = 10.0
 class RunRequest:
     """What the user asked for on the command line."""
 
-    job_path: Path
+    job_path: Path | None  # None: --script alone (a kind: script job named after the script, --steps long)
     out: Path
     strategy: str | None = None
     devices: int | None = None
@@ -139,10 +139,28 @@ def apply_overrides(job: Any, steps: int | None) -> Any:
     if job.kind is JobKind.TABULAR:
         data["iterations" if job.library is TabularLibrary.SKLEARN_LINEAR else "trees"] = steps
     else:
-        data.update(steps=steps, epochs=None)
+        data["steps"] = steps
+        if job.kind is not JobKind.SCRIPT:
+            data["epochs"] = None
         if job.kind is JobKind.TRANSFORMER:
             data["tokens"] = None
     return type(job).model_validate(data)
+
+
+def load_request_job(request: RunRequest) -> Any:
+    """The job file's job, or for ``--script`` alone a ``kind: script`` job named after the script."""
+    if request.job_path is not None:
+        return load_job(request.job_path)
+    if request.script is None:
+        raise SpecError("give a job file, or --script PATH to run your own script", field="JOB")
+    if request.steps is None:
+        raise SpecError("a script run without a job file needs --steps (the optimizer steps, ctx.total_steps)",
+                        field="--steps")
+    from trainplan.spec import JOB_NAME, ScriptJob
+
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", request.script.stem).lstrip("._-")[:100] or "script"
+    assert JOB_NAME.fullmatch(name)
+    return ScriptJob(name=name, steps=request.steps)
 
 
 def job_json(job: Any) -> dict[str, Any]:
@@ -167,6 +185,8 @@ def check_job(job: Any, script: Path | None) -> Any:
             raise SpecError(f"script not found: {script}", field="--script")
         if script.suffix != ".py":
             raise SpecError(f"must be a Python file (.py), got {script.name}", field="--script")
+    if job.kind is JobKind.SCRIPT and script is None:
+        raise SpecError("kind: script runs your own training script: give it with --script PATH", field="kind")
     if job.kind is JobKind.TABULAR:
         from trainplan.run.workloads.tabular import inspect_data
 
@@ -448,7 +468,7 @@ def plan_launch(
     request: RunRequest, *, tokenize_progress: TokenizeProgress | None = None
 ) -> tuple[Any, Hardware, Option, RunPaths, RunConfig, LaunchSpec]:
     """Everything up to (not including) the launch: checks, data, choice, run directory, rendered command."""
-    job = apply_overrides(load_job(request.job_path), request.steps)
+    job = apply_overrides(load_request_job(request), request.steps)
     job_for_prediction = check_job(job, request.script)
     prepared = prepare_data(job, request, tokenize_progress)
     hw = probe_hardware(use_gpus=job.kind is not JobKind.TABULAR)
@@ -479,7 +499,13 @@ def plan_launch(
     else:
         spec = render(config, script=request.script, script_args=request.script_args, max_restarts=request.max_restarts)
     if not paths.job.exists():
-        paths.job.write_text(request.job_path.read_text(encoding="utf-8"), encoding="utf-8")
+        if request.job_path is not None:
+            paths.job.write_text(request.job_path.read_text(encoding="utf-8"), encoding="utf-8")
+        else:
+            import yaml
+
+            paths.job.write_text(yaml.safe_dump(job.model_dump(mode="json", exclude_none=True), sort_keys=False),
+                                 encoding="utf-8")
     return job, hw, option, paths, config, spec
 
 
@@ -518,7 +544,9 @@ def execute(
         if view is not None:
             view.close()
     result = WorkerResult.read(paths.result)
-    if result is None and rc == 0 and request.script is not None:
+    notes: tuple[str, ...] = ()
+    blind = result is None and request.script is not None
+    if blind and rc == 0:
         # a script that does not use trainplan.runtime: only its wall time is known
         result = WorkerResult(
             status=RunStatus.COMPLETED,
@@ -526,6 +554,9 @@ def execute(
             measured=Measured(train_s=time.perf_counter() - started),
             precision=config.precision,
         )
+    if blind:
+        notes = ("the script did not report steps through trainplan.runtime (ctx.end_of_step): only its wall time was "
+                 "measured, so nothing is compared with a prediction",)
     status = result.status if result is not None else RunStatus.FAILED
     message = None
     if status is RunStatus.COMPLETED and rc != 0:
@@ -546,6 +577,8 @@ def execute(
     kind = job.kind
     measured = _measured(kind, result.measured if result else Measured())
     predicted = _predicted(kind, option.prediction)
+    if blind:
+        predicted = dict.fromkeys(predicted)
     summary = RunSummary(
         status=status,
         out=paths.root,
@@ -565,8 +598,8 @@ def execute(
         peak_method=result.peak_method if result else None,
         prediction_note=option.prediction.note,
         message=message,
-        notes=config.notes,
-        predicted_from_calibration=option.prediction.from_calibration,
+        notes=(*config.notes, *notes),
+        predicted_from_calibration=option.prediction.from_calibration and not blind,
     )
     write_json_atomic(paths.summary, summary.to_json())
     if status is RunStatus.COMPLETED and result is not None and request.script is None:

@@ -54,6 +54,8 @@ def predict(job: Any, strategy: str, devices: int, device_kind: str) -> Predicti
     ``device_kind`` is the machine's hardware id (``"A100-80GB"``,
     ``"cpu:<model>:<cores>"``; see :attr:`trainplan.measure.probe.Hardware.hardware_id`).
     """
+    if getattr(job, "kind", None) is not None and job.kind.value == "script":
+        return Prediction(note="the job describes no model (kind: script): nothing is predicted")
     try:
         from trainplan.planner import predict_run
     except ImportError:
