@@ -1,8 +1,12 @@
 """Overhead of `trainplan run` over the same training loop run bare.
 
 Both sides train the same model — a Llama-style causal LM from the job's
-architecture (``--kind transformer``, the default) or an MLP from a factory
-(``--kind torch``) — on the same synthetic batches with AdamW, on every core:
+architecture (``--kind transformer``, the default), an MLP from a factory
+(``--kind torch``), or a pretrained checkpoint fine-tuned on a JSONL file
+(``--kind finetune``: a Llama made and saved here with ``save_pretrained``, as
+tests/run/pretrained_support.py does; the bare side is a plain Hugging Face
+loop: ``from_pretrained``, the same tokenized rows, AdamW, ``save_pretrained``)
+— on the same batches with AdamW, on every core:
 
 * **bare** — a plain script: build, loop, exit (no launcher, metrics,
   checkpoints or summary);
@@ -76,6 +80,42 @@ print(json.dumps({"loop_s": time.perf_counter() - start, "final_loss": last}))
 '''
 
 
+BARE_FINETUNE = '''
+"""A bare Hugging Face fine-tuning loop: from_pretrained, tokenize, AdamW, save_pretrained."""
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from trainplan.run.workloads import textdata
+from trainplan.spec import load_job
+
+job = load_job(sys.argv[1])
+torch.set_num_threads(int(sys.argv[2]))
+out = Path(sys.argv[3])
+ckpt = Path(job.model)
+prepared = textdata.prepare(ckpt, Path(job.data), job.data_format, job.seq_len, job.seed)
+torch.manual_seed(job.seed)
+model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32)
+rows = textdata.RowSampler(prepared.train, seed=job.seed, world_size=1, micro_batch=job.micro_batch, grad_accum=1)
+opt = torch.optim.AdamW(model.parameters(), lr=job.learning_rate)
+start = time.perf_counter()
+for step in range(job.steps):
+    loss = model(**rows.batch(step, 0, 0)).loss
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    last = float(loss)
+loop = time.perf_counter() - start
+model.save_pretrained(out / "final")
+AutoTokenizer.from_pretrained(ckpt).save_pretrained(out / "final")
+print(json.dumps({"loop_s": loop, "final_loss": last}))
+'''
+
+
 def _cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -85,7 +125,7 @@ def _cores() -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--kind", choices=("transformer", "torch"), default="transformer")
+    parser.add_argument("--kind", choices=("transformer", "torch", "finetune"), default="transformer")
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--width", type=int, default=1024, help="MLP width / transformer hidden size / 4")
     parser.add_argument("--depth", type=int, default=4, help="MLP depth / transformer layers")
@@ -100,9 +140,19 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         (work / "bench_models.py").write_text(MODEL)
-        (work / "bare.py").write_text(BARE)
+        (work / "bare.py").write_text(BARE_FINETUNE if args.kind == "finetune" else BARE)
         job = work / "job.yaml"
-        if args.kind == "torch":
+        if args.kind == "finetune":
+            sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "run"))
+            from pretrained_support import make_checkpoint, write_data
+
+            ckpt = make_checkpoint(work / "ckpt", steps=20, hidden=args.width // 4, layers=args.depth)
+            data = write_data(work / "data", n=2000)["text"]
+            job.write_text(
+                f"kind: transformer\nname: overhead\nmodel: {ckpt}\ndata: {data}\nprecision: fp32\n"
+                f"learning_rate: 0.001\nseq_len: 128\nmicro_batch: {max(1, args.batch // 16)}\nsteps: {args.steps}\n"
+            )
+        elif args.kind == "torch":
             job.write_text(
                 "kind: torch\nname: overhead\nmodel: bench_models:mlp\n"
                 f"model_args: {{width: {args.width}, depth: {args.depth}}}\n"
@@ -135,7 +185,7 @@ def main() -> int:
             return wall, cpu, out.stdout.strip().splitlines()[-1]
 
         def run_bare() -> tuple[float, float, dict]:
-            wall, cpu, last = timed([sys.executable, str(work / "bare.py"), str(job), str(cores)])
+            wall, cpu, last = timed([sys.executable, str(work / "bare.py"), str(job), str(cores), str(work / "bare_out")])
             return wall, cpu, json.loads(last)
 
         def run_trainplan(i: int) -> tuple[float, float, dict]:
@@ -158,6 +208,7 @@ def main() -> int:
         f"MLP width {args.width} depth {args.depth}, batch {args.batch}"
         if args.kind == "torch"
         else f"Llama-style LM, {args.depth} layers, hidden {args.width // 4}, 16 × 128 tokens per step"
+        + (" (pretrained checkpoint on a JSONL file)" if args.kind == "finetune" else "")
     )
     print(f"machine: {cores} cores; {args.kind} job: {model}, {args.steps} steps")
     print(

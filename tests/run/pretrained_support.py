@@ -57,7 +57,7 @@ def write_data(folder: Path, n: int = 200, seed: int = 1) -> dict[str, Path]:
     return files
 
 
-def make_checkpoint(folder: Path, *, steps: int = 150, seed: int = 0) -> Path:
+def make_checkpoint(folder: Path, *, steps: int = 150, seed: int = 0, hidden: int = 64, layers: int = 2) -> Path:
     """Train the tokenizer and the model, save both to ``folder``; returns ``folder``."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -73,7 +73,7 @@ def make_checkpoint(folder: Path, *, steps: int = 150, seed: int = 0) -> Path:
                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
     tokenizer.chat_template = CHAT_TEMPLATE
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                          bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
                          pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=False)

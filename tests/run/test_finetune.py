@@ -71,9 +71,9 @@ def loss_of(model: torch.nn.Module, rows: textdata.TokenRows) -> float:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["full", "lora"])
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp", "zero2"])
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp", "zero2", "zero3"])
 def test_finetune_starts_from_the_checkpoint_and_saves_a_loadable_result(tmp_path, ckpt, data, strategy, method) -> None:
-    if strategy == "zero2":
+    if strategy.startswith("zero"):
         pytest.importorskip("deepspeed")
     extra = {"method": "lora", "lora": {"rank": 4, "targets": ["all-linear"]}} if method == "lora" else {}
     out = tmp_path / "run"
@@ -85,8 +85,9 @@ def test_finetune_starts_from_the_checkpoint_and_saves_a_loadable_result(tmp_pat
     # 1. the first step's loss is the base model's loss on the same rows: training started from the weights
     expected = base_loss_on(ckpt, out, step=0, world=2, micro_batch=4)
     assert steps[0]["loss"] == pytest.approx(expected, rel=1e-4)
-    if strategy == "fsdp":
-        assert any(r.get("event") == "load" for r in lines)  # built on meta, each rank read its own rows
+    load = next(r["how"] for r in lines if r.get("event") == "load")
+    # FSDP: built on meta, each rank read its own rows; ZeRO-3: partitioned as each parameter was created
+    assert load.startswith({"fsdp": "sharded", "zero3": "partitioned"}.get(strategy, "whole"))
     evals = [r for r in lines if r.get("event") == "eval"]
     assert evals and evals[-1]["step"] == 8 and evals[-1]["eval_loss"] > 0
 

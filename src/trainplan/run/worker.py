@@ -40,8 +40,8 @@ def run_neural(config: RunConfig, job: Any) -> dict[str, Any] | None:
     params = sum(p.numel() for p in wl.model.parameters())
     trainable = sum(p.numel() for p in wl.model.parameters() if p.requires_grad)
     model, _ = ctx.wrap(wl.model, optimizer_factory(job.optimizer, job.learning_rate), materialize=wl.materialize)
-    if wl.materialize is not None:
-        ctx.log_event("load", how="sharded: each rank read its rows of each tensor")
+    if wl.load_note is not None:
+        ctx.log_event("load", how=wl.load_note)
     start = ctx.resume()
     tokens = config.global_batch * wl.tokens_per_sample if wl.tokens_per_sample else None
     status = RunStatus.COMPLETED

@@ -33,6 +33,8 @@ class NeuralWorkload:
     eval_every: int | None = None
     #: rank 0: write the trained model (given its full state dict) where users' tools read it
     save_final: Callable[[dict[str, torch.Tensor]], Any] | None = None
+    #: how the weights were loaded (a pretrained checkpoint), written as a ``load`` event
+    load_note: str | None = None
 
 
 def batch_generator(seed: int, *key: int) -> torch.Generator:

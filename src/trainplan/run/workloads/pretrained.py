@@ -129,6 +129,20 @@ def load_full(path: Path, dtype: torch.dtype) -> torch.nn.Module:
     return model
 
 
+def load_partitioned(path: Path, dtype: torch.dtype, ds_config: dict[str, Any]) -> torch.nn.Module:
+    """ZeRO-3 on several processes: ``from_pretrained`` under ``deepspeed.zero.Init`` — each parameter is
+    partitioned over the ranks as it is created and filled from the checkpoint one module at a time
+    (transformers' DeepSpeed integration, enabled by a live ``HfDeepSpeedConfig``), so no rank holds the
+    whole model."""
+    from transformers.integrations import HfDeepSpeedConfig
+
+    keep = HfDeepSpeedConfig(dict(ds_config))  # transformers reads it through a weak reference while loading
+    try:
+        return load_full(path, dtype)
+    finally:
+        del keep
+
+
 def build_on_meta(path: Path, dtype: torch.dtype) -> torch.nn.Module:
     """The model's structure without storage: parameters on the meta device, buffers (rotary tables) real."""
     from accelerate import init_empty_weights

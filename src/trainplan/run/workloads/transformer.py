@@ -134,13 +134,19 @@ def pretrained_workload(job: TransformerJob, checkpoint: Path, config: RunConfig
     out = Path(config.out_dir)
     files = pretrained._weight_files(checkpoint)
     materialize = None
+    note = "whole on every rank (from_pretrained)"
     if config.strategy.engine is Engine.FSDP and config.world_size > 1:
         model = finish_model(pretrained.build_on_meta(checkpoint, dtype), job, arch)
         if pretrained.sharded_loading_possible(model, files):
             def materialize(m: torch.nn.Module, device: torch.device) -> None:
                 pretrained.materialize_sharded(m, files, device, job.seed)
+
+            note = "sharded: built on meta, each rank read its rows of each tensor"
         else:  # names differ from the checkpoint's (a converted layout): load it whole on every rank
             model = finish_model(pretrained.load_full(checkpoint, dtype), job, arch)
+    elif config.strategy.engine is Engine.DEEPSPEED and config.strategy.shards_parameters and config.deepspeed:
+        model = finish_model(pretrained.load_partitioned(checkpoint, dtype, config.deepspeed), job, arch)
+        note = "partitioned as created (deepspeed.zero.Init)"
     else:
         model = finish_model(pretrained.load_full(checkpoint, dtype), job, arch)
     train, evaluation = textdata.read_cache(out)
@@ -171,6 +177,7 @@ def pretrained_workload(job: TransformerJob, checkpoint: Path, config: RunConfig
         evaluate=evaluate,
         eval_every=job.data_format.eval_every if job.data_format else None,
         save_final=save_final,
+        load_note=note,
     )
 
 
