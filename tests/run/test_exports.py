@@ -42,6 +42,7 @@ CONTEXT_API = [
     "finish",
     "full_model_state",
     "is_main",
+    "log_event",
     "param_fingerprint",
     "peak_bytes",
     "resume",

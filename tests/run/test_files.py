@@ -78,6 +78,52 @@ def test_checkpoints_commit_atomically_and_prune(tmp_path) -> None:
     assert load_tensor_file(store.latest().path / "model.pt")["w"].tolist() == [12.0, 12.0]
 
 
+def _three_checkpoints(root) -> CheckpointStore:
+    store = CheckpointStore(root, rank=0, barrier=lambda: None, keep=3)
+    for step in (4, 8, 12):
+        folder = store.begin(step)
+        save_tensor_file({"w": torch.full((2,), float(step))}, folder / "model.pt")
+        save_tensor_file({"step": step}, folder / "trainer_rank0.pt")
+        store.commit(step, world_size=1, strategy="single")
+    return store
+
+
+def _flip_one_byte(path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    "damage, reason",
+    [
+        (lambda root: _flip_one_byte(root / "step_00000012" / "model.pt"), "does not match its SHA-256"),
+        (lambda root: (root / "step_00000012" / "model.pt").write_bytes(b"torn"), "has 4 bytes"),
+        (lambda root: (root / "step_00000012" / "trainer_rank0.pt").unlink(), "trainer_rank0.pt is missing"),
+        (lambda root: (root / "step_00000012" / "MANIFEST.json").unlink(), "no manifest"),
+        (lambda root: (root / "latest.json").write_text("{not json"), None),  # the folders are still found
+        (lambda root: (root / "latest.json").unlink(), None),
+    ],
+)
+def test_resume_skips_damaged_checkpoints_for_the_newest_good_one(tmp_path, damage, reason) -> None:
+    store = _three_checkpoints(tmp_path)
+    damage(tmp_path)
+    ref, skipped = store.newest_good()
+    if reason is None:  # a damaged or deleted pointer: step 12 is still found, verified, used
+        assert ref is not None and ref.step == 12
+    else:
+        assert ref is not None and ref.step == 8 and load_tensor_file(ref.path / "model.pt")["w"].tolist() == [8.0, 8.0]
+        assert len(skipped) == 1 and skipped[0].startswith("step_00000012: ") and reason in skipped[0]
+
+
+def test_no_good_checkpoint_means_none_and_every_reason(tmp_path) -> None:
+    store = _three_checkpoints(tmp_path)
+    for step in (4, 8, 12):
+        _flip_one_byte(tmp_path / f"step_{step:08d}" / "model.pt")
+    ref, skipped = store.newest_good()
+    assert ref is None and [s.split(":")[0] for s in skipped] == ["step_00000012", "step_00000008", "step_00000004"]
+
+
 def test_weights_only_loading_refuses_arbitrary_objects(tmp_path) -> None:
     torch.save({"x": Fraction(1, 3)}, tmp_path / "evil.pt")  # any non-tensor class would be code to run
     with pytest.raises(pickle.UnpicklingError):
@@ -119,3 +165,48 @@ def test_atomic_json_leaves_no_temporary_files(tmp_path) -> None:
     write_json_atomic(tmp_path / "a.json", {"x": 1})
     assert json.loads((tmp_path / "a.json").read_text()) == {"x": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
+
+
+def test_the_failure_line_is_the_workers_cause_not_torchruns(tmp_path) -> None:
+    from trainplan.run.api import last_error_line
+
+    log = tmp_path / "launch.log"
+    log.write_text(
+        "$ python -m torch.distributed.run ...\n"
+        "[rank1]: Traceback (most recent call last):\n"
+        '[rank1]:   File "train.py", line 3, in <module>\n'
+        "[rank1]: RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+        "E1204 worker 1 failed\n"
+        "Traceback (most recent call last):\n"
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+        "============================================================\n"
+    )
+    assert last_error_line(log) == "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    log.write_text("Traceback (most recent call last):\ntorch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n")
+    assert last_error_line(log).endswith("ChildFailedError:")  # nothing better: the launcher's own line
+
+
+def test_a_locked_run_directory_is_refused_and_freed_when_its_holder_exits(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    from trainplan.run.rundir import RunLock
+
+    root = tmp_path / "run"
+    root.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from pathlib import Path; from trainplan.run.rundir import RunLock; "
+        f"RunLock.acquire(Path({str(root)!r})); print('held', flush=True); time.sleep(60)")],
+        stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(TrainplanError) as err:
+            RunLock.check_free(root)
+        assert err.value.field == "--out" and f"pid {holder.pid}" in str(err.value)
+        with pytest.raises(TrainplanError):
+            RunLock.acquire(root)
+    finally:
+        holder.kill()
+        holder.wait()
+    lock = RunLock.acquire(root)  # the kernel dropped the dead holder's lock
+    lock.release()

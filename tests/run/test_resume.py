@@ -47,6 +47,37 @@ def test_sigkilled_run_resumes_to_the_uninterrupted_result(baseline, torch_job, 
     assert any(r.get("event") == "resume" and r["step"] == 4 for r in records)
 
 
+@pytest.mark.parametrize("strategy, damaged", [("single", "optim.pt"), ("zero2", "deepspeed")])
+def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(
+    baseline, torch_job, tmp_path, monkeypatch, strategy, damaged
+) -> None:
+    """Bytes flipped in the newest checkpoint (a torch file, or DeepSpeed's own): resume skips it, says why, and
+    still ends with the uninterrupted run's weights."""
+    devices = 1 if strategy == "single" else 2
+    reference, ref_out = baseline(strategy)
+    out = tmp_path / "run"
+    monkeypatch.setenv("TRAINPLAN_FAULT_SIGKILL_AT_STEP", "10")
+    killed = run(torch_job, out, strategy=strategy, devices=devices, checkpoint_every=4, max_restarts=0)
+    monkeypatch.delenv("TRAINPLAN_FAULT_SIGKILL_AT_STEP")
+    assert killed.status == "failed" and _latest_step(out) == 8
+    newest = out / "checkpoints" / "step_00000008"
+    victim = max((p for p in (newest / damaged).rglob("*") if p.is_file()), key=lambda p: p.stat().st_size) \
+        if damaged == "deepspeed" else newest / damaged
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    resumed = run(torch_job, out, strategy=strategy, devices=devices, checkpoint_every=4, resume=True)
+    assert resumed.status == "completed", resumed.message
+    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    skipped = [r for r in records if r.get("event") == "checkpoint_skipped"]
+    assert len(skipped) == 1 and skipped[0]["why"].startswith("step_00000008: ") and "SHA-256" in skipped[0]["why"]
+    assert any(r.get("event") == "resume" and r["step"] == 4 for r in records)
+    assert "skipped checkpoint step_00000008" in (out / "launch.log").read_text()
+    assert resumed.measured["final_loss"] == pytest.approx(reference.measured["final_loss"], rel=1e-6)
+    if strategy == "single":
+        assert_same_weights(out / "model.pt", ref_out / "model.pt")
+
+
 @pytest.mark.parametrize("strategy", ["fsdp", "zero2"])
 def test_elastic_restart_after_a_worker_is_sigkilled(baseline, torch_job, tmp_path, monkeypatch, strategy) -> None:
     reference, ref_out = baseline(strategy)
@@ -97,3 +128,49 @@ def test_sigterm_checkpoints_and_exits_preempted(cli, tmp_path, strategy, device
     assert 3 <= stopped_at < 40
     assert len(rank_records(out, "end")) == devices  # every rank stopped at the same step, cleanly
     # resuming is covered by the SIGKILL tests above and, after SIGTERM, by test_runtime
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGHUP])
+def test_the_workers_stop_with_their_launcher(cli, tmp_path, how) -> None:
+    """A launcher killed outright (or its terminal closed) leaves no orphans: torchrun and the workers get SIGTERM,
+    checkpoint and stop, and the run resumes; the run directory's lock dies with the launcher."""
+    import os
+
+    job = write_job(tmp_path / "job.yaml", TORCH_JOB, model="tp_run_models:slow", model_args={"delay": 0.05}, steps=40)
+    out = tmp_path / "run"
+    argv = [*cli, str(job), "--out", str(out), "--strategy", "ddp", "--devices", "2", "--json"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_step(out / "metrics.jsonl", 3, proc)
+        pids = [r["pid"] for r in rank_records(out, "start")]
+        assert len(pids) == 2
+        proc.send_signal(how)
+        proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    if how is signal.SIGHUP:
+        assert proc.returncode == PREEMPTED_EXIT_CODE  # forwarded like SIGTERM: a checkpoint and a summary
+    deadline = time.monotonic() + 60
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(_alive(p) for p in pids), "workers outlived their launcher"
+    stopped_at = _latest_step(out)
+    assert 3 <= stopped_at < 40  # they checkpointed on the way out
+    resumed = run(job, out, strategy="ddp", devices=2, resume=True)
+    assert resumed.status == "completed", resumed.message
+    assert os.path.exists(out / ".lock")
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie has exited
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except OSError:
+        return False

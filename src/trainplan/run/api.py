@@ -35,7 +35,7 @@ from trainplan.run.config import RunConfig
 from trainplan.run.launch import DEFAULT_MAX_RESTARTS, LaunchSpec, deepspeed_config, render, submit
 from trainplan.run.predict import FIGURES, Prediction, relative_error
 from trainplan.run.results import Measured, RunStatus, WorkerResult
-from trainplan.run.rundir import RunPaths, prepare_run_dir
+from trainplan.run.rundir import RunLock, RunPaths, prepare_run_dir
 from trainplan.spec import JobKind, Precision, TabularLibrary, load_job
 from trainplan.strategies import Engine, Strategy
 
@@ -370,17 +370,25 @@ def resolve_config(
 # --------------------------------------------------------------------------- results
 
 
+_RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]:\s*")
+_LAUNCHER_ERRORS = ("ChildFailedError", "SignalException")
+
+
 def last_error_line(log: Path) -> str | None:
     """The most telling line at the end of a log: the last exception line, else the last text line."""
     try:
         lines = [ln.strip() for ln in log.read_text(encoding="utf-8", errors="replace").splitlines()]
     except OSError:
         return None
+    # torchrun prefixes each worker's lines with "[rank0]:" (or "[default0]:"); its own ChildFailedError
+    # says only that a worker failed, so the workers' exception lines come first
+    lines = [_RANK_PREFIX.sub("", ln) for ln in lines]
     lines = [ln for ln in lines if ln and not ln.startswith("$ ") and not set(ln) <= set("=-*_ ")]
     exc = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Failure))(:.*)?$")
-    for line in reversed(lines[-200:]):
-        if exc.match(line):
-            return line[:300]
+    found = [ln for ln in lines[-400:] if exc.match(ln)]
+    causes = [ln for ln in found if not ln.split(":", 1)[0].endswith(_LAUNCHER_ERRORS)]
+    if causes or found:
+        return (causes or found)[-1][:300]
     return lines[-1][:300] if lines else None
 
 
@@ -486,27 +494,48 @@ def plan_launch(
             f"resume it with the same --strategy and --devices",
             field="--resume",
         )
+    RunLock.check_free(request.out)
     paths = prepare_run_dir(request.out, job=job_json(job), resume=request.resume, overwrite=request.overwrite)
-    if prepared is not None:
-        from trainplan.run.workloads.textdata import write_cache
+    lock = RunLock.acquire(paths.root)
+    _held_locks[paths.root.resolve()] = lock
+    try:
+        if prepared is not None:
+            from trainplan.run.workloads.textdata import write_cache
 
-        write_cache(paths.root, prepared)
-    config = resolve_config(job, option, paths, request)
-    if job.kind is JobKind.KERAS and request.script is None:
-        from trainplan.run.workloads.keras import render_keras
+            write_cache(paths.root, prepared)
+        config = resolve_config(job, option, paths, request)
+        if job.kind is JobKind.KERAS and request.script is None:
+            from trainplan.run.workloads.keras import render_keras
 
-        spec = render_keras(config)
-    else:
-        spec = render(config, script=request.script, script_args=request.script_args, max_restarts=request.max_restarts)
-    if not paths.job.exists():
-        if request.job_path is not None:
-            paths.job.write_text(request.job_path.read_text(encoding="utf-8"), encoding="utf-8")
+            spec = render_keras(config)
         else:
-            import yaml
+            spec = render(config, script=request.script, script_args=request.script_args, max_restarts=request.max_restarts)
+        if not paths.job.exists():
+            if request.job_path is not None:
+                paths.job.write_text(request.job_path.read_text(encoding="utf-8"), encoding="utf-8")
+            else:
+                import yaml
 
-            paths.job.write_text(yaml.safe_dump(job.model_dump(mode="json", exclude_none=True), sort_keys=False),
-                                 encoding="utf-8")
+                paths.job.write_text(yaml.safe_dump(job.model_dump(mode="json", exclude_none=True), sort_keys=False),
+                                     encoding="utf-8")
+    except BaseException:
+        release_lock(paths.root)
+        if not request.resume:  # a fresh directory holds only what this start wrote: leave nothing behind
+            import shutil
+
+            shutil.rmtree(paths.root, ignore_errors=True)
+        raise
     return job, hw, option, paths, config, spec
+
+
+#: The run-directory locks this process holds (taken by plan_launch, dropped when execute returns).
+_held_locks: dict[Path, RunLock] = {}
+
+
+def release_lock(root: Path) -> None:
+    lock = _held_locks.pop(Path(root).resolve(), None)
+    if lock is not None:
+        lock.release()
 
 
 def _previous_config(request: RunRequest) -> RunConfig | None:
@@ -530,6 +559,15 @@ def execute(
     ``tokenize_progress`` is called while a pretrained job's data is tokenized.
     """
     job, hw, option, paths, config, spec = plan_launch(request, tokenize_progress=tokenize_progress)
+    try:
+        return _execute(request, job, hw, option, paths, config, spec, progress, on_planned)
+    finally:
+        release_lock(paths.root)
+
+
+def _execute(request: RunRequest, job: Any, hw: Hardware, option: Option, paths: RunPaths, config: RunConfig,
+             spec: LaunchSpec, progress: ProgressFactory | None,
+             on_planned: Callable[[Option, RunConfig, LaunchSpec], None] | None) -> RunSummary:
     if on_planned is not None:
         on_planned(option, config, spec)
     paths.result.unlink(missing_ok=True)
@@ -602,7 +640,11 @@ def execute(
         predicted_from_calibration=option.prediction.from_calibration and not blind,
     )
     write_json_atomic(paths.summary, summary.to_json())
-    if status is RunStatus.COMPLETED and result is not None and request.script is None:
+    loss = measured.get("final_loss")
+    if status is RunStatus.COMPLETED and loss is not None and not math.isfinite(loss):
+        summary = _with_note(summary, f"final loss is {loss}: the run diverged; no calibration recorded from it")
+        write_json_atomic(paths.summary, summary.to_json())
+    elif status is RunStatus.COMPLETED and result is not None and request.script is None:
         try:
             record_calibration(calibration_from(summary, job, result))
         except TrainplanError as exc:

@@ -6,20 +6,31 @@ Layout under ``<run>/checkpoints``::
         model.pt  optim.pt    full state dicts (torch engines; rank 0 writes)
         deepspeed/            DeepSpeed's own checkpoint (DeepSpeed strategies)
         trainer_rank0.pt …    per-rank trainer state: step, RNG states, clocks
+        MANIFEST.json         written last: step, world size, strategy, SHA-256 and size of every file
     step_00000050.partial/    being written; ignored and removed if found
     latest.json               {"step": 40, "dir": "step_00000040", ...}
 
 Protocol (every rank calls :meth:`CheckpointStore.begin` … :meth:`commit`):
 rank 0 clears a stale ``.partial``; all ranks write their files into it (each
 file itself via temporary file + ``os.replace``); after a barrier rank 0
-renames the folder to its final name and then replaces ``latest.json``.  A
-crash at any point leaves ``latest.json`` naming a complete checkpoint.
+hashes every file into ``MANIFEST.json``, renames the folder to its final name
+and then replaces ``latest.json``.  A crash at any point leaves ``latest.json``
+naming a complete checkpoint.
+
+Resuming verifies before anything is loaded (:meth:`CheckpointStore.newest_good`):
+checkpoints are tried newest first — the one ``latest.json`` names, then every
+``step_*`` folder — and one whose manifest is missing, or whose files are
+missing, resized or have another SHA-256, is skipped with the reason (flipped
+bytes, a truncated file, a lost rank file, a damaged or deleted ``latest.json``
+all fall back to the previous good checkpoint instead of failing or starting
+over).  DeepSpeed's own checkpoint folder is covered by the same manifest.
 
 Files trainplan writes are loaded with ``torch.load(..., weights_only=True)``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import shutil
@@ -32,6 +43,7 @@ import torch
 from trainplan.files import save_atomic, write_json_atomic
 
 LATEST = "latest.json"
+MANIFEST = "MANIFEST.json"
 
 
 def step_dirname(step: int) -> str:
@@ -93,6 +105,30 @@ class CheckpointStore:
         self.keep = max(1, keep)
 
     # ------------------------------------------------------------------ reading
+    def newest_good(self) -> tuple[CheckpointRef | None, list[str]]:
+        """The newest checkpoint whose files match its manifest, and why each newer one was skipped."""
+        skipped: list[str] = []
+        seen: set[str] = set()
+        candidates: list[Path] = []
+        try:
+            named = self.latest()
+        except RuntimeError as exc:
+            named = None
+            skipped.append(str(exc))
+        if named is not None:
+            candidates.append(named.path)
+        candidates += sorted((p for p in self.root.glob("step_*") if p.is_dir() and not p.name.endswith(".partial")),
+                             reverse=True)  # fmt: skip
+        for folder in candidates:
+            if folder.name in seen:
+                continue
+            seen.add(folder.name)
+            ref, why = verify(folder)
+            if ref is not None:
+                return ref, skipped
+            skipped.append(f"{folder.name}: {why}")
+        return None, skipped
+
     def latest(self) -> CheckpointRef | None:
         """The last committed checkpoint, if any."""
         pointer = self.root / LATEST
@@ -129,6 +165,7 @@ class CheckpointStore:
         final = self.root / step_dirname(step)
         if self.rank == 0:
             partial = self.root / (step_dirname(step) + ".partial")
+            write_manifest(partial, step=step, world_size=world_size, strategy=strategy)
             if final.exists():  # left by a run that crashed before updating the pointer
                 shutil.rmtree(final)
             partial.rename(final)
@@ -147,3 +184,55 @@ class CheckpointStore:
                 shutil.rmtree(old, ignore_errors=True)
         for stale in self.root.glob("step_*.partial"):
             shutil.rmtree(stale, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- integrity
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST)
+
+
+def write_manifest(folder: Path, *, step: int, world_size: int, strategy: str) -> None:
+    """``MANIFEST.json``: what the checkpoint is and the SHA-256 and size of every file in it (written last)."""
+    files = {p.relative_to(folder).as_posix(): {"sha256": _sha256(p), "bytes": p.stat().st_size} for p in _files(folder)}
+    write_json_atomic(folder / MANIFEST, {"step": step, "world_size": world_size, "strategy": strategy, "files": files})
+
+
+def verify(folder: Path) -> tuple[CheckpointRef | None, str]:
+    """(the checkpoint, "") when every file matches ``folder``'s manifest, else (None, why not)."""
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        files = manifest["files"]
+        ref = CheckpointRef(step=int(manifest["step"]), path=folder, world_size=int(manifest["world_size"]),
+                            strategy=str(manifest["strategy"]))  # fmt: skip
+    except FileNotFoundError:
+        return None, "no manifest (written last: the checkpoint is incomplete)"
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return None, f"unreadable manifest ({exc})"
+    present = {p.relative_to(folder).as_posix() for p in _files(folder)}
+    for name, want in sorted(files.items()):
+        path = folder / name
+        if name not in present:
+            return None, f"{name} is missing"
+        size = path.stat().st_size
+        if size != want.get("bytes"):
+            return None, f"{name} has {size} bytes, the manifest says {want.get('bytes')}"
+        if _sha256(path) != want.get("sha256"):
+            return None, f"{name} does not match its SHA-256 (damaged)"
+    return ref, ""
+
+
+def manifest_ref(folder: Path) -> CheckpointRef:
+    """The checkpoint ``folder``'s manifest says it is (no hashing: for ranks told which one rank 0 verified)."""
+    manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    return CheckpointRef(step=int(manifest["step"]), path=folder, world_size=int(manifest["world_size"]),
+                         strategy=str(manifest["strategy"]))  # fmt: skip

@@ -184,6 +184,16 @@ def render(
     return LaunchSpec(argv=argv, env=env, files=files, cwd=Path.cwd())
 
 
+def _term_with_parent() -> None:
+    """In the launched child, before exec: ask Linux to send it SIGTERM when this launcher dies, even by SIGKILL
+    (prctl(2) PR_SET_PDEATHSIG), so torchrun and the workers checkpoint and stop instead of living on as orphans
+    beside a later --resume."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
+
+
 def submit(
     spec: LaunchSpec,
     *,
@@ -213,6 +223,7 @@ def submit(
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # Ctrl-C reaches us, not the workers; we forward it as SIGTERM
+            preexec_fn=_term_with_parent if sys.platform.startswith("linux") else None,
         )
         interrupts = 0
 
@@ -224,7 +235,8 @@ def submit(
             elif proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
 
-        previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+        # SIGHUP (the terminal closed) stops the run like SIGTERM: the workers checkpoint first
+        previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
         in_main = _in_main_thread()
         if in_main:
             for s in previous:

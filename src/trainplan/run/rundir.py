@@ -15,6 +15,7 @@ An existing directory is never clobbered: it is reused only when empty, with
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,7 +119,7 @@ def prepare_run_dir(out: Path, *, job: dict[str, Any], resume: bool, overwrite: 
                 field="--resume",
             )
         return paths
-    if root.exists() and any(root.iterdir()):
+    if root.exists() and any(p.name != LOCK_NAME for p in root.iterdir()):
         if not overwrite:
             raise TrainplanError(
                 f"{root} exists and is not empty; pass --resume to continue it or --overwrite to replace it",
@@ -133,3 +134,54 @@ def prepare_run_dir(out: Path, *, job: dict[str, Any], resume: bool, overwrite: 
     root.mkdir(parents=True, exist_ok=True)
     return paths
 
+
+
+LOCK_NAME = ".lock"
+
+
+class RunLock:
+    """An exclusive ``fcntl.flock`` on ``DIR/.lock``, held by the ``trainplan run`` that uses ``DIR``.
+
+    A second run on the same directory (a ``--resume`` or ``--overwrite`` while the first trains, or two starts
+    at once) is refused in one line instead of training beside it.  The kernel drops the lock when the holder
+    exits, however it exits.
+    """
+
+    def __init__(self, fd: int, path: Path) -> None:
+        self.fd, self.path = fd, path
+
+    @staticmethod
+    def _holder(path: Path) -> str:
+        try:
+            return path.read_text(encoding="utf-8").strip() or "?"
+        except OSError:
+            return "?"
+
+    @classmethod
+    def check_free(cls, root: Path) -> None:
+        """Refuse when another process holds ``root``'s lock (before anything in ``root`` is touched)."""
+        path = Path(root) / LOCK_NAME
+        if not path.is_file():
+            return
+        cls.acquire(root).release()
+
+    @classmethod
+    def acquire(cls, root: Path) -> "RunLock":
+        import fcntl
+
+        path = Path(root) / LOCK_NAME
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise TrainplanError(f"another trainplan run (pid {cls._holder(path)}) is using {root}; wait for it or "
+                                 "choose another --out", field="--out") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        return cls(fd, path)
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)  # closing the descriptor drops the flock
+            self.fd = -1

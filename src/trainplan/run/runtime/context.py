@@ -13,6 +13,7 @@ import contextlib
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -24,7 +25,7 @@ import torch
 from trainplan.files import write_json_atomic
 from trainplan.measure.memory import PeakMemory
 from trainplan.measure.probe import Accelerator
-from trainplan.run.checkpoint import CheckpointStore, rng_state, save_tensor_file
+from trainplan.run.checkpoint import CheckpointRef, CheckpointStore, manifest_ref, rng_state, save_tensor_file
 from trainplan.run.config import RunConfig
 from trainplan.run.metrics import MetricsWriter, truncate_after
 from trainplan.run.results import RunStatus, WorkloadFacts
@@ -269,6 +270,24 @@ class Context:
             self._metrics.event("checkpoint", step=step, dir=ref.path.name)
         return ref.path
 
+    def _agreed_checkpoint(self) -> CheckpointRef | None:
+        """Collective: the newest checkpoint rank 0 verified against its manifest (newer damaged ones skipped and
+        reported: a metrics event and a line in the log)."""
+        assert self._store is not None
+        name: str | None = None
+        if self.is_main:
+            ref, skipped = self._store.newest_good()
+            name = ref.path.name if ref is not None else None
+            for why in skipped:
+                print(f"trainplan: skipped checkpoint {why}", file=sys.stderr, flush=True)
+                if self._metrics is not None:
+                    self._metrics.event("checkpoint_skipped", why=why)
+        if self.distributed:
+            box = [name]
+            torch.distributed.broadcast_object_list(box, src=0, device=process.collective_device(self.device))
+            name = box[0]
+        return manifest_ref(self._store.root / name) if name is not None else None
+
     def resume(self) -> int:
         """Collective: load the last checkpoint if there is one; returns its step (else 0).
 
@@ -277,7 +296,7 @@ class Context:
         """
         if self._store is None:
             return 0
-        ref = self._store.latest()
+        ref = self._agreed_checkpoint()
         if ref is None:
             if self._metrics is not None:
                 self._metrics.event("start", world_size=self.world_size, strategy=self.strategy.value)

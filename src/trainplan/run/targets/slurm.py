@@ -95,7 +95,7 @@ def render(plan: LaunchPlan) -> Rendered:
         lines.append('MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)')
     wheel, _ = installed_wheel()
     py = shlex.quote(python(plan))
-    missing = (f"error: {python(plan)} cannot import trainplan on $(hostname); install it from the rendered wheel: "
+    missing = (f"error: {python(plan)} cannot import trainplan on a node of this job; install it from the rendered wheel: "
                f"{python(plan)} -m pip install '{plan.path(wheel)}[{extras(plan)}]' (or render with --python)")
     lines += [
         "# every node must import trainplan with the interpreter below (checked on each node before the run)",
