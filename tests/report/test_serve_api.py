@@ -24,7 +24,7 @@ TINYLLAMA = {"model_type": "llama", "hidden_size": 2048, "num_attention_heads": 
 
 @pytest.fixture(scope="module")
 def client() -> TestClient:
-    return TestClient(create_app())
+    return TestClient(create_app(), base_url="http://localhost:8765")
 
 
 def test_page_has_the_form(client: TestClient) -> None:
@@ -73,7 +73,7 @@ def test_bad_value_is_the_specs_one_line_then_serving_goes_on(client: TestClient
     ({"strategy": "zero9"}, "strategy: must be one of"),
     ({"hf_config": "{oops"}, "model: pasted config.json is not JSON"),
     ({"hf_config": "[1, 2]"}, "model: pasted config.json must be a JSON object"),
-    ({"preset": "llama-8b"}, "model: unknown model preset 'llama-8b'"),
+    ({"preset": "llama-8b"}, "preset: unknown preset (close: llama-"),
     ({"tokens": "inf"}, "tokens: must be a finite number"),
     ({"micro_bach": "4"}, "micro_bach: unknown field"),
 ])  # fmt: skip
@@ -125,3 +125,18 @@ def test_serve_cli_binds_loopback_by_default() -> None:
     from trainplan.cli.serve import serve_command
 
     assert inspect.signature(serve_command).parameters["host"].default == "127.0.0.1"
+
+
+def test_the_page_refuses_other_hosts_big_bodies_and_server_paths(client: TestClient) -> None:
+    """DNS rebinding (a foreign Host), an oversized body, and a preset that is a path on the server."""
+    rebound = TestClient(create_app(), base_url="http://evil.example:8765")
+    assert rebound.get("/").status_code == 400 and rebound.post("/api/estimate", json={}).status_code == 400
+    huge = client.post("/api/estimate", json={"name": "x" * (300 * 1024)})
+    assert huge.status_code == 413 and "larger than 256 KiB" in huge.json()["error"]
+    for path in ("/etc/shadow", "/etc/passwd", "/nonexistent/config.json", "."):
+        r = client.post("/api/estimate", json={"preset": path})
+        assert r.status_code == 422 and r.json()["error"].startswith("preset: unknown preset")
+        assert "shadow" not in r.text and "exist" not in r.text  # nothing about the server's files
+    assert client.post("/api/estimate", json={"preset": "llama-7b"}).status_code == 200
+    bound = TestClient(create_app(allowed_hosts=("localhost", "10.0.0.5")), base_url="http://10.0.0.5:8765")
+    assert bound.get("/").status_code == 200  # serve --host 10.0.0.5 answers its own address too

@@ -45,7 +45,9 @@ def serve_command(
 
         from trainplan.serve.app import create_app
 
-        app = create_app()
+        from trainplan.serve.app import LOOPBACK_HOSTS
+
+        app = create_app(allowed_hosts=LOOPBACK_HOSTS if _loopback(host) else (*LOOPBACK_HOSTS, host))
     except ImportError as exc:
         raise TrainplanError(f"trainplan serve needs FastAPI and uvicorn ({exc.name} is missing): pip install 'trainplan[serve]'") from None
     _check_port(host, port)

@@ -26,15 +26,38 @@ def _plotly_js_path() -> Path | None:
     return path if path.exists() else None
 
 
-def create_app() -> Any:
-    """The FastAPI application (imports FastAPI here: the rest of trainplan does not need it)."""
+#: The largest request body the page accepts (a pasted config.json is a few KiB).
+MAX_BODY_BYTES = 256 * 1024
+#: Host headers answered by default: the loopback names (a page reached through another name is refused, which
+#: stops DNS rebinding: a web page cannot make the browser talk to this server under its own domain).
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+
+
+def create_app(*, allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS) -> Any:
+    """The FastAPI application (imports FastAPI here: the rest of trainplan does not need it).
+
+    Requests whose ``Host`` is not in ``allowed_hosts`` get 400 (Starlette's ``TrustedHostMiddleware``); POST
+    bodies need a ``Content-Length`` of at most :data:`MAX_BODY_BYTES` (411 / 413 otherwise).
+    """
     from fastapi import Body, FastAPI, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse, Response
+    from starlette.middleware.trustedhost import TrustedHostMiddleware
 
     from trainplan.cli.common import dump_json
 
     app = FastAPI(title="trainplan", docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))
+
+    @app.middleware("http")
+    async def _body_limit(request: Request, call_next: Any) -> Any:
+        if request.method in ("POST", "PUT", "PATCH"):
+            length = request.headers.get("content-length")
+            if length is None or not length.isdigit():
+                return JSONResponse({"error": "request body: a Content-Length is required"}, status_code=411)
+            if int(length) > MAX_BODY_BYTES:
+                return JSONResponse({"error": f"request body: larger than {MAX_BODY_BYTES // 1024} KiB"}, status_code=413)
+        return await call_next(request)
 
     def ok(data: Any) -> Response:
         # dump_json: infinities (an option that never finishes) become null, so the answer stays valid JSON

@@ -81,7 +81,15 @@ def _model(form: Mapping[str, Any]) -> Any:
     """The preset name, or the pasted Hugging Face config.json read as an architecture mapping."""
     text = form.get("hf_config")
     if _blank(text):
-        return form.get("preset") or DEFAULTS["preset"]
+        preset = form.get("preset") or DEFAULTS["preset"]
+        if not isinstance(preset, str) or preset.lower() not in get_catalog().models:
+            # never a path: resolve_model would read a file on the server (and the answer tell whether it exists)
+            import difflib
+
+            close = difflib.get_close_matches(str(preset).lower(), list(get_catalog().models), n=3)
+            hint = f" (close: {', '.join(close)})" if close else ""
+            raise SpecError(f"unknown preset{hint}; choose one from the list or paste a config.json", field="preset")
+        return preset
     try:
         cfg = json.loads(str(text))
     except json.JSONDecodeError as exc:
