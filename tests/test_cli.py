@@ -279,6 +279,28 @@ def test_plan_tables(capsys) -> None:
     assert "llama7b-sft" in out and "options fit" in out and "ranked by cost" in out
 
 
+def test_plan_reads_in_80_columns(capsys) -> None:
+    """Without --wide the table fits 80 columns with every option name and cost whole, and an option that only
+    repeats a better row's hardware, time and cost under another strategy is folded into it."""
+    code, out, err = run(capsys, "plan", REF, "--top", "10")
+    assert code == 0, err
+    table = out.split("Time/cost front")[0]
+    assert max(map(len, table.splitlines())) <= 80
+    full = run_json(capsys, "plan", REF, "--json")["options"]
+    shown = [line.split() for line in table.splitlines()[2:] if line.strip()[:1].isdigit()]
+    assert len(shown) == 10
+    seen = []
+    for cells in shown:
+        option = full[int(cells[0]) - 1]
+        cost = next(c for c in cells if c.startswith("$"))
+        assert cells[1].endswith(f"{option['cloud']}:{option['instance']}")  # whole, not "gcp…"
+        assert cost == f"${option['cost_usd']:,.2f}"  # not "$6.…"
+        seen.append((cells[1], " ".join(cells[4 : cells.index(cost)]), cost))  # option, time, cost
+    assert len(seen) == len(set(seen))
+    code, wide, _ = run(capsys, "plan", REF, "--top", "10", "--wide", "--all-strategies")
+    assert "w/g/o/a/ovh GiB" in wide and "kg CO2e" in wide
+
+
 def test_plan_xgboost_json(capsys) -> None:
     out = run_json(capsys, "plan", XGB, "--json")
     assert out["options"]

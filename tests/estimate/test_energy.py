@@ -150,7 +150,7 @@ def test_plan_json_and_tables_show_energy(capsys: pytest.CaptureFixture[str]) ->
     first = out["options"][0]
     assert first["energy_kwh"] > 0 and first["co2_kg"] > 0
     assert first["energy"]["region"] and first["energy"]["pue"] >= 1.0
-    assert main(["plan", str(REF), "--top", "2"]) == 0
+    assert main(["plan", str(REF), "--top", "2", "--wide"]) == 0
     table = capsys.readouterr().out
     assert "kWh" in table and "kg CO2e" in table
     assert main(["estimate", str(REF), "--instance", "a2-ultragpu-8g", "--region", "gcp:europe-north1", "--json"]) == 0

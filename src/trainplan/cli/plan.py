@@ -34,6 +34,8 @@ def plan_command(
     trace: Annotated[bool, typer.Option("--trace", help="Transformer jobs: trace the real model on the fake device instead of the formulas.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
     region: Annotated[Optional[list[str]], typer.Option(help="Grid region for the CO2 of a cloud's options, CLOUD:REGION (e.g. gcp:europe-west4); repeatable.")] = None,
+    wide: Annotated[bool, typer.Option("--wide", help="Every column (devices, memory split, step, kWh, CO2); the default fits 80 columns.")] = False,
+    all_strategies: Annotated[bool, typer.Option("--all-strategies", help="Show each strategy of the same hardware at the same time and cost on its own row.")] = False,
 ) -> None:
     """Estimate every (hardware, strategy) option in the catalog, rank them, explain the rejected."""
     job = read_job(job_file)
@@ -52,7 +54,8 @@ def plan_command(
             "rejected": [e.to_dict() for e in plan.rejected],
         }))  # fmt: skip
         return
-    console = Console(width=None if Console().is_terminal else 160)
-    console.print(plan_table(plan, top=top, title=f"{job.name}: {len(plan.options)} options fit, ranked by {plan.objective.value}"))
+    console = Console(width=None if Console().is_terminal else (160 if wide else 80))
+    console.print(plan_table(plan, top=top, title=f"{job.name}: {len(plan.options)} options fit, ranked by {plan.objective.value}",
+                             wide=wide, all_strategies=all_strategies))  # fmt: skip
     console.print(tradeoff_text(plan))
     console.print(rejected_table(plan.rejected[:top], total=len(plan.rejected)))

@@ -6,6 +6,7 @@ from typing import Sequence
 
 from rich.console import Console, Group
 from rich.markup import escape
+from rich import box
 from rich.table import Table
 from rich.text import Text
 
@@ -47,17 +48,49 @@ def _devices(e: Estimate) -> str:
     return f"{n}×{hw.accelerator.id}"
 
 
-def plan_table(plan: Plan, *, top: int, title: str) -> Table:
-    """Ranked options with memory split, time and cost, and the cheapest/fastest/Pareto marks."""
-    t = Table(title=title, title_justify="left", header_style="bold")
-    for col, just in (
-        ("#", "right"), ("option", "left"), ("devices", "left"), ("strategy", "left"), ("GiB/dev", "right"),
-        ("w/g/o/a/ovh GiB", "right"), ("step", "right"), ("time", "right"), ("cost", "right"), ("kWh", "right"),
-        ("kg CO2e", "right"), ("", "left"),
-    ):  # fmt: skip
-        t.add_column(col, justify=just)  # type: ignore[arg-type]
+def _same_result(a: Estimate, b: Estimate) -> bool:
+    """The same hardware at the same displayed time and cost (only the strategy differs)."""
+    return (a.hardware.label == b.hardware.label and _hours(a.hours) == _hours(b.hours)
+            and _money(a.cost_usd) == _money(b.cost_usd))  # fmt: skip
+
+
+def shown_options(plan: Plan, top: int, *, all_strategies: bool) -> list[tuple[int, Estimate, int]]:
+    """(rank, estimate, other strategies folded into it) of the rows to show: unless ``all_strategies``, an option
+    with the same hardware, time and cost as a better-ranked row is folded into that row."""
+    rows: list[tuple[int, Estimate, int]] = []
+    for i, e in enumerate(plan.options):
+        if not all_strategies and rows and any(_same_result(r[1], e) for r in rows):
+            j = next(k for k, r in enumerate(rows) if _same_result(r[1], e))
+            rows[j] = (rows[j][0], rows[j][1], rows[j][2] + 1)
+            continue
+        if len(rows) >= top:
+            break
+        rows.append((i, e, 0))
+    return rows
+
+
+def plan_table(plan: Plan, *, top: int, title: str, wide: bool = True, all_strategies: bool = True) -> Table:
+    """Ranked options with memory split, time and cost, and the cheapest/fastest/Pareto marks.
+
+    Narrow (``wide=False``, what ``plan`` prints unless ``--wide``): rank, option, strategy, GiB per device, time,
+    cost and marks — the option name and the cost never cut, so it reads in an 80-column terminal.
+    """
+    t = Table(title=title, title_justify="left", header_style="bold", box=None if not wide else box.HEAVY_HEAD,
+              pad_edge=wide, collapse_padding=not wide)  # fmt: skip
+    names = [e.hardware.label for _, e, _ in shown_options(plan, top, all_strategies=all_strategies)]
+    columns = [("#", "right"), ("option", "left"), ("devices", "left"), ("strategy", "left"), ("GiB/dev", "right"),
+               ("w/g/o/a/ovh GiB", "right"), ("step", "right"), ("time", "right"), ("cost", "right"),
+               ("kWh", "right"), ("kg CO2e", "right"), ("", "left")]  # fmt: skip
+    narrow = {"#", "option", "strategy", "GiB/dev", "time", "cost", ""}
+    for col, just in columns:
+        if not wide and col not in narrow:
+            continue
+        whole = col in ("option", "cost", "time", "#", "strategy", "GiB/dev")
+        t.add_column(col, justify=just, no_wrap=whole,  # type: ignore[arg-type]
+                     min_width=max(map(len, names), default=6) if col == "option" else None,
+                     overflow="fold")
     cheapest, fastest = plan.cheapest, plan.fastest
-    for i, e in enumerate(plan.options[:top]):
+    for i, e, folded in shown_options(plan, top, all_strategies=all_strategies):
         m = e.memory
         marks = []
         if e is cheapest:
@@ -70,23 +103,18 @@ def plan_table(plan: Plan, *, top: int, title: str) -> Table:
             marks.append("measured")
         if e.borderline:
             marks.append("borderline")
+        if folded:
+            marks.append(f"+{folded} strateg{'y' if folded == 1 else 'ies'}")
         split = "/".join(f"{x / GIB:.1f}" for x in (m.weights, m.gradients, m.optimizer, m.activations, m.overhead))
-        t.add_row(
-            str(i + 1),
-            e.hardware.label,
-            _devices(e),
-            e.strategy,
-            f"{m.peak / GIB:.1f}/{e.capacity_gib:.0f}",
-            split,
-            _step(e.step_time_s),
-            _hours(e.hours),
-            _money(e.cost_usd),
-            _kwh(e),
-            _co2(e),
-            " ".join(marks),
-        )
+        cells = {
+            "#": str(i + 1), "option": e.hardware.label, "devices": _devices(e), "strategy": e.strategy,
+            "GiB/dev": f"{m.peak / GIB:.1f}/{e.capacity_gib:.0f}", "w/g/o/a/ovh GiB": split,
+            "step": _step(e.step_time_s), "time": _hours(e.hours), "cost": _money(e.cost_usd), "kWh": _kwh(e),
+            "kg CO2e": _co2(e), "": " ".join(marks),
+        }  # fmt: skip
+        t.add_row(*(cells[str(c.header)] for c in t.columns))
     unknown = sorted({e.energy.note for e in plan.options[:top] if e.energy and e.energy.kwh is None and e.energy.note})
-    if unknown:  # say why a kWh reads "?" (a TPU without a published board power, say)
+    if unknown and wide:  # say why a kWh reads "?" (a TPU without a published board power, say)
         t.caption = "kWh ?: " + "; ".join(unknown)
         t.caption_justify = "left"
     return t
