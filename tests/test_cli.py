@@ -448,3 +448,26 @@ def test_catalog_tables_keep_full_names_when_piped(capsys, monkeypatch: pytest.M
     assert code == 0, err
     for name in ("A100-80GB", "H100-80GB", "p4de.24xlarge", "Standard_ND96amsr_A100_v4"):
         assert name in out, name
+
+
+def test_os_errors_are_one_line_with_the_path(capsys, monkeypatch) -> None:
+    """A path that cannot be written (here: under /proc; a full disk or a permission likewise) is one line naming
+    it, exit 74 (EX_IOERR), no traceback."""
+    monkeypatch.delenv("TRAINPLAN_DEBUG", raising=False)
+    code, out, err = run(capsys, "report", REF, "-o", "/proc/self/no/such/dir/plan.html")
+    assert code == 74 and err.startswith("error: /proc/self/no") and len(err.strip().splitlines()) == 1
+    assert "Traceback" not in err
+
+
+def test_launch_overwrite_never_deletes_a_runs_results(tmp_path, capsys) -> None:
+    out = tmp_path / "ds"
+    code, _, err = run(capsys, "launch", REF, "--gpu", "A100-80GB", "--gpus", "4", "--strategy", "zero2",
+                       "--to", "deepspeed", "--out", out)  # fmt: skip
+    assert code == 0, err
+    code, _, err = run(capsys, "launch", REF, "--gpu", "A100-80GB", "--gpus", "4", "--strategy", "zero2",
+                       "--to", "deepspeed", "--out", out, "--overwrite")  # fmt: skip
+    assert code == 0, err  # a rendered folder is replaced
+    (out / "checkpoints").mkdir()  # the run has trained there
+    code, _, err = run(capsys, "launch", REF, "--gpu", "A100-80GB", "--gpus", "4", "--strategy", "zero2",
+                       "--to", "deepspeed", "--out", out, "--overwrite")  # fmt: skip
+    assert code == 2 and "holds a run's results (checkpoints)" in err and (out / "checkpoints").is_dir()

@@ -41,9 +41,9 @@ def test_user_files_are_never_clobbered(tmp_path) -> None:
 def test_overwrite_replaces_a_run_directory(tmp_path) -> None:
     run = prepare_run_dir(tmp_path / "r", job=JOB, resume=False, overwrite=False)
     write_json_atomic(run.run_config, {"job": JOB})
-    (run.root / "old.txt").write_text("x")
+    (run.root / "metrics.jsonl").write_text("{}\n")  # what the old run wrote
     prepare_run_dir(tmp_path / "r", job=JOB, resume=False, overwrite=True)
-    assert not (run.root / "old.txt").exists()
+    assert not (run.root / "metrics.jsonl").exists()
 
 
 def test_resume_rules(tmp_path) -> None:
@@ -210,3 +210,25 @@ def test_a_locked_run_directory_is_refused_and_freed_when_its_holder_exits(tmp_p
         holder.wait()
     lock = RunLock.acquire(root)  # the kernel dropped the dead holder's lock
     lock.release()
+
+
+def test_overwrite_deletes_only_what_trainplan_wrote(tmp_path) -> None:
+    """A folder that merely holds a run.json (a user's project) is not deleted with its other files."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "run.json").write_text("{}")
+    (project / "notes.txt").write_text("mine")
+    with pytest.raises(TrainplanError) as err:
+        prepare_run_dir(project, job=JOB, resume=False, overwrite=True)
+    assert err.value.field == "--overwrite" and "notes.txt" in str(err.value)
+    assert (project / "notes.txt").read_text() == "mine"
+    run = tmp_path / "run"  # a real run directory is replaced
+    run.mkdir()
+    for name in ("run.json", "metrics.jsonl", "summary.json", ".lock"):
+        (run / name).write_text("{}")
+    (run / "checkpoints").mkdir()
+    assert prepare_run_dir(run, job=JOB, resume=False, overwrite=True).root == run and not any(run.iterdir())
+    link = tmp_path / "link"
+    link.symlink_to(run)
+    with pytest.raises(TrainplanError, match="symbolic link"):
+        prepare_run_dir(link, job=JOB, resume=False, overwrite=True)

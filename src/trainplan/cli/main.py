@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import typer
@@ -52,6 +53,17 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Abort:
         typer.echo("aborted", err=True)
         return 130
+    except OSError as exc:  # a full disk, a permission, a path that is not what it should be
+        if os.environ.get("TRAINPLAN_DEBUG"):
+            raise
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        typer.echo(f"error: {where}{exc.strerror or exc}", err=True)
+        return 74  # EX_IOERR (sysexits.h)
+    except (RecursionError, OverflowError, MemoryError) as exc:  # input too deep or too large for Python itself
+        if os.environ.get("TRAINPLAN_DEBUG"):
+            raise
+        typer.echo(f"error: the input is too large or too deeply nested ({type(exc).__name__})", err=True)
+        return 2
     except TyperException as exc:  # typer's (vendored click) usage errors: bad option, unknown command …
         if type(exc).__name__ == "NoArgsIsHelpError":
             ctx = getattr(exc, "ctx", None)

@@ -27,7 +27,7 @@ from typing import Any, Callable, Protocol
 
 from trainplan.errors import SpecError, TrainplanError
 from trainplan.estimate.tabular import rounds_per_fit
-from trainplan.files import write_json_atomic
+from trainplan.files import write_json_atomic, write_text_atomic
 from trainplan.measure.calibration import Calibration, record_calibration
 from trainplan.measure.probe import Accelerator, Hardware, probe_hardware
 from trainplan.run.choose import Option, choose_option
@@ -512,12 +512,11 @@ def plan_launch(
             spec = render(config, script=request.script, script_args=request.script_args, max_restarts=request.max_restarts)
         if not paths.job.exists():
             if request.job_path is not None:
-                paths.job.write_text(request.job_path.read_text(encoding="utf-8"), encoding="utf-8")
+                write_text_atomic(paths.job, request.job_path.read_text(encoding="utf-8"))
             else:
                 import yaml
 
-                paths.job.write_text(yaml.safe_dump(job.model_dump(mode="json", exclude_none=True), sort_keys=False),
-                                     encoding="utf-8")
+                write_text_atomic(paths.job, yaml.safe_dump(job.model_dump(mode="json", exclude_none=True), sort_keys=False))
     except BaseException:
         release_lock(paths.root)
         if not request.resume:  # a fresh directory holds only what this start wrote: leave nothing behind

@@ -87,6 +87,24 @@ def _read_json(path: Path) -> dict[str, Any] | None:
         return None
 
 
+#: Everything trainplan writes at the top of a run directory (``run``) or a rendered launch folder (``launch``);
+#: ``--overwrite`` deletes a directory only when it holds nothing else.
+RUN_ENTRIES = frozenset({
+    "run.json", "job.yaml", "metrics.jsonl", "checkpoints", "ranks", "launch.log", "result.json", "summary.json",
+    "model.pt", "models", "final", "final.partial", "data", "ds_config.json", ".lock", "launch.json", "hostfile",
+    "deepspeed_env", "job.sbatch", "task.yaml", "ray_driver.py", "dask_driver.py", "dask_result.json",
+})  # fmt: skip
+
+
+def foreign_entries(root: Path) -> list[str]:
+    """Top-level entries of ``root`` that trainplan did not write (a user's files): not a run's own files, not
+    a file ``launch.json`` lists as rendered, not a SLURM log or the rendered wheel."""
+    rendered = _read_json(root / "launch.json") or {}
+    listed = {str(name).split("/", 1)[0] for name in rendered.get("files", []) if isinstance(name, str)}
+    return sorted(p.name for p in root.iterdir()
+                  if p.name not in RUN_ENTRIES | listed and not p.name.startswith(("slurm-", "trainplan-")))  # fmt: skip
+
+
 def prepare_run_dir(out: Path, *, job: dict[str, Any], resume: bool, overwrite: bool) -> RunPaths:
     """Check ``out`` against ``--resume`` / ``--overwrite`` and make it ready.
 
@@ -98,6 +116,8 @@ def prepare_run_dir(out: Path, *, job: dict[str, Any], resume: bool, overwrite: 
     root = paths.root
     if resume and overwrite:
         raise TrainplanError("give --resume or --overwrite, not both", field="--resume")
+    if root.is_symlink():
+        raise TrainplanError(f"{root} is a symbolic link; give the directory it points to", field="--out")
     if root.exists() and not root.is_dir():
         raise TrainplanError(f"{root} exists and is not a directory; choose another --out", field="--out")
     is_run = paths.run_config.exists()
@@ -128,6 +148,13 @@ def prepare_run_dir(out: Path, *, job: dict[str, Any], resume: bool, overwrite: 
         if not is_run:
             raise TrainplanError(
                 f"{root} is not a trainplan run directory (no run.json); refusing to delete it — choose another --out",
+                field="--overwrite",
+            )
+        foreign = foreign_entries(root)
+        if foreign:
+            raise TrainplanError(
+                f"{root} holds files trainplan did not write ({', '.join(foreign[:3])}); refusing to delete it — "
+                "move them or choose another --out",
                 field="--overwrite",
             )
         shutil.rmtree(root)

@@ -169,6 +169,16 @@ def check_out(out: Path, overwrite: bool) -> None:
             raise SpecError(f"{out} exists and is not empty; choose another --out or pass --overwrite", field="--out")
         if not (out / "run.json").exists():
             raise SpecError(f"{out} was not rendered by trainplan (no run.json); refusing to replace it", field="--overwrite")
+        from trainplan.run.rundir import foreign_entries
+
+        results = sorted(n for n in ("checkpoints", "model.pt", "final", "result.json", "metrics.jsonl") if (out / n).exists())
+        if results:
+            raise SpecError(f"{out} holds a run's results ({', '.join(results)}); --overwrite would delete them — "
+                            "launch into another --out", field="--overwrite")
+        foreign = foreign_entries(out)
+        if foreign:
+            raise SpecError(f"{out} holds files trainplan did not write ({', '.join(foreign[:3])}); refusing to replace it",
+                            field="--overwrite")
 
 
 def resolve_launch(request: LaunchRequest, *, run_dir: Path | None = None) -> LaunchPlan:
