@@ -84,7 +84,7 @@ def test_other_bad_values(client: TestClient, form: dict[str, str], start: str) 
 
 def test_body_that_is_not_a_form(client: TestClient) -> None:
     r = client.post("/api/estimate", content=b"not json", headers={"content-type": "application/json"})
-    assert r.status_code == 422 and r.json() == {"error": "request body: JSON decode error"}
+    assert r.status_code == 422 and r.json()["error"].startswith("request body: not a JSON object")
 
 
 def test_pasted_config_and_export_round_trip(client: TestClient, tmp_path: Path) -> None:
@@ -140,3 +140,15 @@ def test_the_page_refuses_other_hosts_big_bodies_and_server_paths(client: TestCl
     assert client.post("/api/estimate", json={"preset": "llama-7b"}).status_code == 200
     bound = TestClient(create_app(allowed_hosts=("localhost", "10.0.0.5")), base_url="http://10.0.0.5:8765")
     assert bound.get("/").status_code == 200  # serve --host 10.0.0.5 answers its own address too
+
+
+def test_estimate_takes_an_html_form_post_and_offers_tpus(client: TestClient) -> None:
+    as_json = client.post("/api/estimate", json={"micro_batch": "2", "gpu": "A100-80GB", "gpus": "4"}).json()
+    as_form = client.post("/api/estimate", data={"micro_batch": "2", "gpu": "A100-80GB", "gpus": "4"})
+    assert as_form.status_code == 200 and as_form.json()["options"] == as_json["options"]
+    tpus = [g for g in client.get("/api/choices").json()["choices"]["gpu"] if g.startswith("TPU")]
+    assert tpus
+    r = client.post("/api/estimate", json={"gpu": tpus[0], "gpus": "8"})
+    assert r.status_code == 200, r.text
+    bad = client.post("/api/estimate", content=b"not json", headers={"content-type": "text/plain"})
+    assert bad.status_code == 422 and bad.json()["error"].startswith("request body:")

@@ -21,7 +21,7 @@ class What(str, Enum):
 
 def catalog_command(
     what: Annotated[What, typer.Argument(help="accelerators, instances, or all.")] = What.ALL,
-    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.", metavar="")] = False,
 ) -> None:
     """List the built-in catalog, with the source and date of every row."""
     from dataclasses import asdict

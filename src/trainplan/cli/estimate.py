@@ -46,9 +46,9 @@ def estimate_command(
     instance: Annotated[Optional[str], typer.Option(help="Instance type, e.g. p4de.24xlarge (or cloud:name).")] = None,
     cpus: Annotated[Optional[int], typer.Option(help="vCPUs of a CPU-only machine.")] = None,
     strategy: Annotated[Optional[str], typer.Option(help="single, ddp, zero1-3, zero2-offload, zero3-offload, fsdp, fsdp-grad-op, fsdp-offload. Default: the best that fits.")] = None,
-    trace: Annotated[bool, typer.Option("--trace", help="Transformer jobs: trace the real model on the fake device instead of the formulas.")] = False,
-    max_micro_batch: Annotated[bool, typer.Option("--max-micro-batch", help="Also find the largest micro-batch (and, for transformers, the longest sequence at micro-batch 1) that fits.")] = False,
-    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    trace: Annotated[bool, typer.Option("--trace", help="Transformer jobs: trace the real model on the fake device instead of the formulas.", metavar="")] = False,
+    max_micro_batch: Annotated[bool, typer.Option("--max-micro-batch", help="Also find the largest micro-batch (and, for transformers, the longest sequence at micro-batch 1) that fits.", metavar="")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.", metavar="")] = False,
     region: Annotated[Optional[list[str]], typer.Option(help="Grid region for the CO2 figure, CLOUD:REGION (e.g. gcp:europe-west4).")] = None,
 ) -> None:
     """Memory, time and cost of the job on one configuration."""

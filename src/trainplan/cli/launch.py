@@ -54,8 +54,8 @@ def launch_command(
     steps: Annotated[Optional[int], typer.Option(help="Train this many steps (boosting rounds for tabular jobs).")] = None,
     checkpoint_every: Annotated[Optional[int], typer.Option(help="Checkpoint every N steps.")] = None,
     checkpoint_minutes: Annotated[float, typer.Option(help="Checkpoint every N minutes (0: never by time).")] = 10.0,
-    submit: Annotated[bool, typer.Option("--submit", help="Run the rendered command (or sbatch it, or sky launch it).")] = False,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a folder trainplan rendered before.")] = False,
+    submit: Annotated[bool, typer.Option("--submit", help="Run the rendered command (or sbatch it, or sky launch it).", metavar="")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a folder trainplan rendered before.", metavar="")] = False,
     master_addr: Annotated[Optional[str], typer.Option(help="torchrun / DeepSpeed: the rendezvous host (node 0).")] = None,
     master_port: Annotated[int, typer.Option(help="torchrun / DeepSpeed: the rendezvous port.")] = 29500,
     node_rank: Annotated[Optional[int], typer.Option(help="torchrun --submit: which node this machine is.")] = None,
@@ -73,7 +73,7 @@ def launch_command(
     max_restarts: Annotated[int, typer.Option(help="torchrun: restarts of the worker group after a worker dies.")] = 2,
     script: Annotated[Optional[Path], typer.Option(help="Your training script instead of trainplan's worker.")] = None,
     script_arg: Annotated[Optional[list[str]], typer.Option("--script-arg", help="An argument for the script (repeatable).")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the launch record (files, commands) as JSON.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the launch record (files, commands) as JSON.", metavar="")] = False,
 ) -> Optional[int]:
     """Render the plan for a cluster engine — files in --out, the command printed — and with --submit run it."""
     target = Target.parse(to)

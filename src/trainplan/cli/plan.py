@@ -31,11 +31,11 @@ def plan_command(
     job_file: Annotated[Optional[Path], typer.Argument(help="Job file (YAML). Default: the built-in LLaMA-7B fine-tune.")] = None,
     objective: Annotated[Objective, typer.Option(help="Rank by cost, time or co2 (emissions).")] = Objective.COST,
     top: Annotated[int, typer.Option(min=1, help="Rows of options and of rejections to show.")] = 10,
-    trace: Annotated[bool, typer.Option("--trace", help="Transformer jobs: trace the real model on the fake device instead of the formulas.")] = False,
-    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+    trace: Annotated[bool, typer.Option("--trace", help="Transformer jobs: trace the real model on the fake device instead of the formulas.", metavar="")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.", metavar="")] = False,
     region: Annotated[Optional[list[str]], typer.Option(help="Grid region for the CO2 of a cloud's options, CLOUD:REGION (e.g. gcp:europe-west4); repeatable.")] = None,
-    wide: Annotated[bool, typer.Option("--wide", help="Every column (devices, memory split, step, kWh, CO2); the default fits 80 columns.")] = False,
-    all_strategies: Annotated[bool, typer.Option("--all-strategies", help="Show each strategy of the same hardware at the same time and cost on its own row.")] = False,
+    wide: Annotated[bool, typer.Option("--wide", help="Every column (devices, memory split, step, kWh, CO2); the default fits 80 columns.", metavar="")] = False,
+    all_strategies: Annotated[bool, typer.Option("--all-strategies", help="Show each strategy of the same hardware at the same time and cost on its own row.", metavar="")] = False,
 ) -> None:
     """Estimate every (hardware, strategy) option in the catalog, rank them, explain the rejected."""
     job = read_job(job_file)

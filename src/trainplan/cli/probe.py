@@ -61,10 +61,10 @@ def measurement_table(profile: HardwareProfile) -> Table:
 
 
 def probe_command(
-    json_out: Annotated[bool, typer.Option("--json", help="Print the profile as JSON.")] = False,
-    save: Annotated[bool, typer.Option("--save/--no-save", help="Save the profile for `trainplan plan`.")] = True,
-    tabular: Annotated[bool, typer.Option("--tabular/--no-tabular", help="Measure the tabular libraries' per-core rates.")] = True,
-    quick: Annotated[bool, typer.Option("--quick", help="Shorter measurements (noisier figures).")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the profile as JSON.", metavar="")] = False,
+    save: Annotated[bool, typer.Option("--save/--no-save", help="Save the profile for `trainplan plan`.", metavar="")] = True,
+    tabular: Annotated[bool, typer.Option("--tabular/--no-tabular", help="Measure the tabular libraries' per-core rates.", metavar="")] = True,
+    quick: Annotated[bool, typer.Option("--quick", help="Shorter measurements (noisier figures).", metavar="")] = False,
 ) -> None:
     """Describe this machine (CPU, memory, GPUs, NVLink/PCIe, torch) and measure it in under a minute."""
     err = Console(stderr=True)

@@ -13,7 +13,7 @@ from trainplan.report.html import write_report, written_by_trainplan
 def report_command(
     source: Annotated[Path, typer.Argument(metavar="JOB.yaml|RUN_DIR", help="A job file, or a run directory of `trainplan run`.")],
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="HTML file to write (default: report.html).")] = None,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace --out even if trainplan did not write it.")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace --out even if trainplan did not write it.", metavar="")] = False,
 ) -> None:
     """Write an HTML report (job, ranked options, memory and time/cost plots, run curves) that opens offline."""
     target = out or Path("report.html")

@@ -77,8 +77,8 @@ def run_command(
     ] = None,
     checkpoint_every: Annotated[Optional[int], typer.Option(help="Checkpoint every N steps.")] = None,
     checkpoint_minutes: Annotated[float, typer.Option(min=0, help="Checkpoint every N minutes (0: never by time).")] = 10.0,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out from its last checkpoint.")] = False,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the run in --out.")] = False,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out from its last checkpoint.", metavar="")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the run in --out.", metavar="")] = False,
     script: Annotated[
         Optional[Path], typer.Option(help="Your training script, launched as the plan says (uses trainplan.runtime).")
     ] = None,
@@ -86,7 +86,7 @@ def run_command(
         Optional[list[str]], typer.Option("--script-arg", help="An argument for the script (repeatable).")
     ] = None,
     max_restarts: Annotated[int, typer.Option(help="Restarts of the worker group after a worker dies (torchrun).")] = 2,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the result as one JSON line (the last line of stdout).")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the result as one JSON line (the last line of stdout).", metavar="")] = False,
 ) -> None:
     """Train JOB on this machine — the best option it can run, or the one named — and compare with the plan."""
     named = job or script

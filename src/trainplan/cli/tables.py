@@ -201,8 +201,12 @@ def estimate_panel(e: Estimate) -> Group:
     t.add_row("throughput", f"{e.throughput:,.0f} {unit_tp}")
     if e.mfu is not None:
         t.add_row("MFU", f"{e.mfu:.1%}")
-    t.add_row("training time", _hours(e.train_s / 3600) + f" (+ {e.startup_s:.0f} s start-up)")
-    t.add_row("cost", _money(e.cost_usd))
+    if e.fits:
+        t.add_row("training time", _hours(e.train_s / 3600) + f" (+ {e.startup_s:.0f} s start-up)")
+        t.add_row("cost", _money(e.cost_usd))
+    else:  # an option that cannot run has no training time: say what it would be, marked as such
+        t.add_row("training time", f"– (does not fit; {_hours(e.train_s / 3600)} if it did)")
+        t.add_row("cost", f"– (does not fit; {_money(e.cost_usd)} if it did)")
     if e.energy is not None:
         en = e.energy
         how = (f"{en.device_w:.0f} W per device at {en.utilisation:.0%} utilisation + host {en.host_w:.0f} W per node, "

@@ -40,7 +40,7 @@ from typing import Any, Callable
 
 import torch
 
-from trainplan.files import save_atomic, write_json_atomic
+from trainplan.files import fsync_path, save_atomic, write_json_atomic
 
 LATEST = "latest.json"
 MANIFEST = "MANIFEST.json"
@@ -168,7 +168,10 @@ class CheckpointStore:
             write_manifest(partial, step=step, world_size=world_size, strategy=strategy)
             if final.exists():  # left by a run that crashed before updating the pointer
                 shutil.rmtree(final)
+            for sub in [partial, *(p for p in partial.rglob("*") if p.is_dir())]:
+                fsync_path(sub)  # the folder entries of every file written into it
             partial.rename(final)
+            fsync_path(self.root)
             write_json_atomic(
                 self.root / LATEST,
                 {"step": step, "dir": final.name, "world_size": world_size, "strategy": strategy},

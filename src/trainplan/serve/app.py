@@ -13,6 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from trainplan.errors import TrainplanError
+
+try:  # at module level: FastAPI resolves the endpoints' (string) annotations in this module's globals
+    from starlette.requests import Request
+except ImportError:  # the serve extra is absent; create_app says so when it is called
+    Request = Any  # type: ignore[misc, assignment]
 from trainplan.serve.forms import DEFAULTS, answer, choices, job_from_form, job_yaml
 from trainplan.serve.page import page_html
 
@@ -39,7 +44,7 @@ def create_app(*, allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS) -> Any:
     Requests whose ``Host`` is not in ``allowed_hosts`` get 400 (Starlette's ``TrustedHostMiddleware``); POST
     bodies need a ``Content-Length`` of at most :data:`MAX_BODY_BYTES` (411 / 413 otherwise).
     """
-    from fastapi import Body, FastAPI, Request
+    from fastapi import Body, FastAPI
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse, Response
     from starlette.middleware.trustedhost import TrustedHostMiddleware
@@ -83,9 +88,24 @@ def create_app(*, allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS) -> Any:
     def api_choices() -> Response:
         return ok({"choices": choices(), "defaults": DEFAULTS})
 
+    async def form_of(request: Request) -> dict[str, Any]:
+        """The form as JSON (what the page sends) or as an HTML form post (urlencoded or multipart)."""
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind in ("application/x-www-form-urlencoded", "multipart/form-data"):
+            return {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
+        try:
+            data = await request.json()
+        except ValueError:
+            raise TrainplanError("request body: not a JSON object of form fields (or an HTML form post)") from None
+        if not isinstance(data, dict):
+            raise TrainplanError("request body: not a JSON object of form fields")
+        return data
+
     @app.post("/api/estimate")
-    def api_estimate(form: dict[str, Any] = Body(...)) -> Response:
-        return ok(answer(form))
+    async def api_estimate(request: Request) -> Response:
+        from starlette.concurrency import run_in_threadpool
+
+        return ok(await run_in_threadpool(answer, await form_of(request)))
 
     @app.post("/api/job.yaml")
     def api_job_yaml(form: dict[str, Any] = Body(...)) -> PlainTextResponse:

@@ -52,7 +52,7 @@ def choices() -> dict[str, list[str]]:
         "method": [m.value for m in Method],
         "precision": [p.value for p in Precision],
         "strategy": [AUTO] + [s.value for s in Strategy],
-        "gpu": sorted(a.id for a in cat.accelerators.values() if a.kind == "gpu"),
+        "gpu": sorted(a.id for a in cat.accelerators.values() if a.kind in ("gpu", "tpu")),
     }
 
 
