@@ -195,3 +195,26 @@ def test_slurm_needs_a_partition(tmp_path: Path, torch_job: Path) -> None:
     with pytest.raises(SpecError, match="--partition: SLURM needs a partition"):
         render_to(torch_job, "slurm", tmp_path / "run", gpu="A100-80GB", gpus=2, strategy="ddp")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_hostile_out_path_is_quoted_in_the_job_script_and_a_line_break_refused(tmp_path: Path, torch_job: Path) -> None:
+    """The rendered job.sbatch run by bash (as sbatch runs it), with srun a stub that records its arguments: the
+    path's $(…), backticks and quotes reach srun as text, and nothing they spell runs."""
+    out = tmp_path / "run $(touch pwned1) `touch pwned2` 'q\" ;touch pwned3"
+    plan, _ = render_to(torch_job, "slurm", out, gpu="A100-80GB", gpus=2, strategy="ddp", device="cpu",
+                        options={"partition": "debug"})  # fmt: skip
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    (stubs / "srun").write_text('#!/bin/bash\nprintf "%s\\n" "$@" >> "$SRUN_LOG"\n')
+    (stubs / "srun").chmod(0o755)
+    env = {**os.environ, "PATH": f"{stubs}{os.pathsep}{os.environ['PATH']}", "SRUN_LOG": str(tmp_path / "srun.log")}
+    done = subprocess.run(["bash", str(plan.out / "job.sbatch")], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert not list(tmp_path.rglob("pwned*"))
+    args = (tmp_path / "srun.log").read_text().splitlines()
+    assert str(plan.out / "run.json") in args  # the worker's config path arrived whole, as one argument
+    with pytest.raises(SpecError) as err:
+        render_to(torch_job, "slurm", tmp_path / "run\nrm -rf x", gpu="A100-80GB", gpus=2, strategy="ddp", device="cpu",
+                  options={"partition": "debug"})  # fmt: skip
+    assert err.value.field == "--out" and "control character" in str(err.value)

@@ -161,7 +161,13 @@ def launch_precision(job: Any, placement: Placement, strategy: Strategy, catalog
 
 
 def check_out(out: Path, overwrite: bool) -> None:
-    """``--out`` must be new or empty (or, with ``--overwrite``, a directory trainplan rendered)."""
+    """``--out`` must be new or empty (or, with ``--overwrite``, a directory trainplan rendered), and its path free
+    of control characters: a line break in a path written into a line-based file (an ``#SBATCH`` directive, a
+    hostfile, DeepSpeed's environment file) would start a new line that the engine reads as a command."""
+    bad = next((c for c in str(out) if ord(c) < 32 or ord(c) == 127), None)
+    if bad is not None:
+        raise SpecError(f"the path holds a control character ({bad!r}); rendered launch files are line-based, "
+                        "so it cannot be written safely — choose another --out", field="--out")
     if out.exists() and not out.is_dir():
         raise SpecError(f"{out} exists and is not a directory; choose another --out", field="--out")
     if out.is_dir() and any(out.iterdir()):
