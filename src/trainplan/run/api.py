@@ -228,7 +228,7 @@ def check_job(job: Any, script: Path | None) -> Any:
 
 def check_pretrained(job: Any) -> None:
     """A checkpoint directory: weights that match its config, a tokenizer, and a data file to train on."""
-    from trainplan.run.workloads.pretrained import checkpoint_path, count_params, inspect_checkpoint
+    from trainplan.run.workloads.pretrained import checkpoint_path, inspect_checkpoint
 
     checkpoint = checkpoint_path(job.model)
     if checkpoint is None:
@@ -238,10 +238,14 @@ def check_pretrained(job: Any) -> None:
         return
     if job.data in (None, "synthetic"):
         raise SpecError("a pretrained checkpoint trains on a data file: JSONL, Parquet or text (data: PATH)", field="data")
-    from transformers import AutoConfig
+    from trainplan.estimate.architecture import param_counts
+    from trainplan.run.workloads.checks import resolve_arch
 
-    expected = count_params(AutoConfig.from_pretrained(str(checkpoint)))
-    inspect_checkpoint(checkpoint, expected_params=expected, need_tokenizer=True)
+    # trainplan's own count of the config's model: equal to what transformers builds for every model type it reads
+    # (tests/test_hf_families.py), and it needs no transformers import here (about 3 s of a run's start-up).
+    # DeepSeek-V3 checkpoints may carry the multi-token-prediction layers transformers does not build: either count.
+    counts = param_counts(resolve_arch(job))
+    inspect_checkpoint(checkpoint, expected_params=(counts.total - counts.mtp, counts.total), need_tokenizer=True)
 
 
 #: Called while the data is tokenized: (records done, records in all).

@@ -78,35 +78,27 @@ def weight_shapes(files: Iterable[Path]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def inspect_checkpoint(path: Path, *, expected_params: int | None, need_tokenizer: bool) -> Checkpoint:
+def inspect_checkpoint(path: Path, *, expected_params: int | tuple[int, ...] | None, need_tokenizer: bool) -> Checkpoint:
     """Refuse, in one line, a checkpoint directory that cannot be trained from.
 
     ``expected_params`` is the parameter count of the model its config describes
-    (transformers' own count; embeddings tied to the head counted once); the
+    (embeddings tied to the head counted once), or the counts allowed; the
     weights must hold exactly that many values.
     """
     if not (path / "config.json").is_file():
         raise SpecError(f"{path} has no config.json", field="model")
     files = _weight_files(path)
     if expected_params is not None:
+        allowed = (expected_params,) if isinstance(expected_params, int) else tuple(expected_params)
         held = sum(math.prod(s) for s in weight_shapes(files).values())
-        if held != expected_params:
+        if held not in allowed:
             raise SpecError(f"the weights in {path} hold {held:,} values but its config.json describes a model of "
-                            f"{expected_params:,} parameters; they do not belong together", field="model")
+                            f"{allowed[0]:,} parameters; they do not belong together", field="model")
     has_tokenizer = any((path / name).is_file() for name in TOKENIZER_MARKERS)
     if need_tokenizer and not has_tokenizer:
         raise SpecError(f"{path} has no tokenizer ({', '.join(TOKENIZER_MARKERS)}); save it beside the weights "
                         "with tokenizer.save_pretrained", field="model")
     return Checkpoint(path, files, has_tokenizer)
-
-
-def count_params(config: Any) -> int:
-    """Parameters of the model ``config`` describes, built on the meta device (tied tensors once)."""
-    from transformers import AutoModelForCausalLM
-
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    return sum(p.numel() for p in model.parameters())
 
 
 # --------------------------------------------------------------------------- loading in a worker
