@@ -74,6 +74,14 @@ def save_atomic(path: Path, save: Callable[[Path], None]) -> None:
         save(tmp)
 
 
+def update_digest(digest: Any, path: Path) -> Any:
+    """Feed the bytes of ``path`` to ``digest`` (a hashlib object) in 1 MiB blocks; returns ``digest``."""
+    with Path(path).open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest
+
+
 def trainplan_home() -> Path:
     """``$TRAINPLAN_HOME``, else ``~/.cache/trainplan``."""
     env = os.environ.get("TRAINPLAN_HOME")

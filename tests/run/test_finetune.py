@@ -198,6 +198,14 @@ def test_empty_and_binary_data_files_are_refused(tmp_path, ckpt, content) -> Non
     assert err.field == "data" and ("empty" in str(err) or "binary" in str(err))
 
 
+@pytest.mark.parametrize("suffix", [".json", ".csv"])
+def test_structured_files_it_does_not_parse_are_refused_not_read_as_text(tmp_path, ckpt, suffix) -> None:
+    path = tmp_path / f"data{suffix}"
+    path.write_text('[{"text": "the cat sat"}]' if suffix == ".json" else "text\nthe cat sat\n")
+    err = _refused(tmp_path, job(ckpt, path))
+    assert err.field == "data" and f"{suffix} files are not read" in str(err)
+
+
 def test_chat_data_without_a_chat_template_is_refused(tmp_path, ckpt, data) -> None:
     target = _copy(ckpt, tmp_path, drop=("chat_template.jinja",))
     config = json.loads((target / "tokenizer_config.json").read_text())

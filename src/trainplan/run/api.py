@@ -209,10 +209,11 @@ def check_job(job: Any, script: Path | None) -> Any:
         return check_keras_job(job)
     check_optimizer(job.optimizer)
     if job.kind is JobKind.TRANSFORMER:
-        check_supported(job, resolve_arch(job))
+        arch = resolve_arch(job)
+        check_supported(job, arch)
         if job.data not in (None, "synthetic") and not Path(job.data).expanduser().is_file():
             raise SpecError(f"data file not found: {job.data} (or use data: synthetic)", field="data")
-        check_pretrained(job)
+        check_pretrained(job, arch)
     else:
         import_callable(job.model, field="model")
         check_loss(job.loss)
@@ -226,7 +227,7 @@ def check_job(job: Any, script: Path | None) -> Any:
     return job
 
 
-def check_pretrained(job: Any) -> None:
+def check_pretrained(job: Any, arch: Any) -> None:
     """A checkpoint directory: weights that match its config, a tokenizer, and a data file to train on."""
     from trainplan.run.workloads.pretrained import checkpoint_path, inspect_checkpoint
 
@@ -239,12 +240,11 @@ def check_pretrained(job: Any) -> None:
     if job.data in (None, "synthetic"):
         raise SpecError("a pretrained checkpoint trains on a data file: JSONL, Parquet or text (data: PATH)", field="data")
     from trainplan.estimate.architecture import param_counts
-    from trainplan.run.workloads.checks import resolve_arch
 
     # trainplan's own count of the config's model: equal to what transformers builds for every model type it reads
     # (tests/test_hf_families.py), and it needs no transformers import here (about 3 s of a run's start-up).
     # DeepSeek-V3 checkpoints may carry the multi-token-prediction layers transformers does not build: either count.
-    counts = param_counts(resolve_arch(job))
+    counts = param_counts(arch)
     inspect_checkpoint(checkpoint, expected_params=(counts.total - counts.mtp, counts.total), need_tokenizer=True)
 
 
@@ -261,8 +261,8 @@ def prepare_data(job: Any, request: RunRequest, progress: TokenizeProgress | Non
     if checkpoint is None or request.script is not None:
         return None
     data = Path(job.data).expanduser()
-    key = textdata.cache_key(checkpoint, data, job.data_format or textdata.DataFormat(), job.seq_len, job.seed)
     if request.resume and (request.out / "run.json").exists():
+        key = textdata.cache_key(checkpoint, data, job.data_format or textdata.DataFormat(), job.seq_len, job.seed)
         if textdata.cached_key(request.out) != key:
             raise SpecError("the data, its format or the tokenizer changed since the run started; "
                             "start a new run (--out elsewhere, or --overwrite)", field="--resume")

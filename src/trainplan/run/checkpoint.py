@@ -40,7 +40,7 @@ from typing import Any, Callable
 
 import torch
 
-from trainplan.files import fsync_path, save_atomic, write_json_atomic
+from trainplan.files import fsync_path, save_atomic, update_digest, write_json_atomic
 
 LATEST = "latest.json"
 MANIFEST = "MANIFEST.json"
@@ -193,11 +193,7 @@ class CheckpointStore:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return update_digest(hashlib.sha256(), path).hexdigest()
 
 
 def _files(folder: Path) -> list[Path]:

@@ -185,6 +185,14 @@ def materialize_sharded(model: torch.nn.Module, files: Iterable[Path], device: t
         with safe_open(str(file), framework="pt") as f:
             where.update(dict.fromkeys(f.keys(), file))
     handles: dict[Path, Any] = {}
+
+    def rows_of(key: str, start: int, end: int) -> torch.Tensor:
+        """Rows ``start:end`` of the checkpoint tensor ``key``, each shard file opened once."""
+        file = where[key]
+        if file not in handles:
+            handles[file] = safe_open(str(file), framework="pt").__enter__()
+        return handles[file].get_slice(key)[start:end]
+
     try:
         with torch.no_grad():
             for name, param in model.named_parameters():
@@ -194,20 +202,15 @@ def materialize_sharded(model: torch.nn.Module, files: Iterable[Path], device: t
                     raise RuntimeError(f"{name}: local shard has {local.shape[0]} rows, expected {end - start}")
                 key = _file_key(name)
                 if key in where:
-                    if where[key] not in handles:
-                        handles[where[key]] = safe_open(str(where[key]), framework="pt").__enter__()
-                    piece = handles[where[key]].get_slice(key)[start:end]
-                    local.copy_(piece.to(local.dtype))
+                    local.copy_(rows_of(key, start, end).to(local.dtype))
                 elif ".lora_A." in name:
                     full = torch.empty(tuple(param.shape), dtype=torch.float32)
                     torch.nn.init.kaiming_uniform_(full, a=math.sqrt(5), generator=batch_generator(seed, -3, hash(name) & 0xFFFF))
                     local.copy_(full[start:end].to(local.dtype))
                 elif ".lora_B." in name:
                     local.zero_()
-                elif key == "lm_head.weight" and "model.embed_tokens.weight" in where:
-                    handle = handles.setdefault(where["model.embed_tokens.weight"],
-                                                safe_open(str(where["model.embed_tokens.weight"]), framework="pt").__enter__())
-                    local.copy_(handle.get_slice("model.embed_tokens.weight")[start:end].to(local.dtype))
+                elif key == "lm_head.weight" and "model.embed_tokens.weight" in where:  # a head tied to the embeddings
+                    local.copy_(rows_of("model.embed_tokens.weight", start, end).to(local.dtype))
                 else:
                     raise RuntimeError(f"the checkpoint has no tensor {key!r} for parameter {name}")
     finally:

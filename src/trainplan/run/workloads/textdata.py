@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from trainplan.errors import SpecError
+from trainplan.files import update_digest
 from trainplan.run.workloads.common import batch_generator
 from trainplan.spec import DataFormat, DataStyle
 
@@ -40,6 +41,9 @@ INSTRUCTION_PROMPT = "### Instruction:\n{instruction}\n\n### Response:\n"
 INSTRUCTION_PROMPT_WITH_INPUT = "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:\n"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
                    "vocab.json", "merges.txt", "chat_template.jinja", "chat_template.json")  # fmt: skip
+
+#: Structured formats trainplan does not parse: refused rather than read as plain text.
+STRUCTURED_NOT_READ = (".json", ".csv", ".tsv", ".arrow", ".xlsx")
 
 Progress = Callable[[int, int], None]  # (records done, records in all)
 
@@ -118,6 +122,9 @@ def read_records(path: Path) -> list[Any]:
     if not path.is_file():
         raise SpecError(f"data file not found: {path}", field="data")
     suffix = path.suffix.lower()
+    if suffix in STRUCTURED_NOT_READ:  # records trainplan does not parse would be trained on as raw text
+        raise _field_error(path, f"{suffix} files are not read; data is JSONL (.jsonl, one JSON object per line), "
+                                 "Parquet (.parquet) or plain text (.txt and other suffixes)")
     if suffix == ".parquet":
         try:
             import pyarrow.parquet as pq
@@ -327,23 +334,17 @@ def load_tokenizer(checkpoint: Path) -> Any:
                         field="model") from None
 
 
-def _digest_file(digest: Any, path: Path) -> None:
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-
-
 def cache_key(checkpoint: Path, data: Path, fmt: DataFormat, seq_len: int, seed: int) -> str:
     """SHA-256 of everything the token rows depend on: data files, tokenizer files, format, seq_len, seed."""
     digest = hashlib.sha256(f"v{CACHE_VERSION}\n{fmt.model_dump_json()}\n{seq_len}\n{seed}\n".encode())
     for path in (data, Path(fmt.eval_data).expanduser() if fmt.eval_data else None):
         if path is not None:
             digest.update(str(path.stat().st_size).encode())
-            _digest_file(digest, path)
+            update_digest(digest, path)
     for name in TOKENIZER_FILES:
         if (checkpoint / name).is_file():
             digest.update(name.encode())
-            _digest_file(digest, checkpoint / name)
+            update_digest(digest, checkpoint / name)
     return digest.hexdigest()
 
 
