@@ -1,0 +1,51 @@
+"""The frozen held-out set of published memory measurements (issue 22): unchanged, and every record usable.
+
+The set was committed before any change it judges; its SHA-256 is pinned here so that an edit to it — a record
+dropped because it came out badly, a figure "corrected" — fails CI instead of passing unnoticed.  The figures it
+produces are printed by ``benchmarks/validate_published.py`` apart from the in-sample records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import yaml
+
+from trainplan.catalog import get_catalog
+from trainplan.estimate.published import record_stack, record_to_job
+
+HELDOUT = Path(__file__).resolve().parent / "data" / "published_heldout.yaml"
+FROZEN_SHA256 = "e69a604d19a6938c1b944b7bad9c76ea3ca8a88109b21debf7cc0db23f928ffe"
+IN_SAMPLE = ("published_llm.yaml", "published_stacks.yaml")
+
+
+def test_the_heldout_file_is_the_frozen_one() -> None:
+    assert hashlib.sha256(HELDOUT.read_bytes()).hexdigest() == FROZEN_SHA256
+
+
+def test_every_heldout_record_is_sourced_and_modellable() -> None:
+    records = yaml.safe_load(HELDOUT.read_text())
+    assert len(records) >= 30
+    cat = get_catalog()
+    for rec in records:
+        assert rec["source"] and rec["notes"] and rec["framework"], rec["id"]
+        assert rec["memory_kind"] in {"allocated", "reserved", "nvidia-smi", "unknown"}, rec["id"]
+        m = rec["measured"]
+        assert m.get("fits") is False or m.get("peak_memory_gib") or m.get("peak_memory_gb"), rec["id"]
+        assert record_to_job(rec) is not None, rec["id"]
+        assert rec["hardware"]["accelerator"] in cat.accelerators, rec["id"]
+    # out-of-memory rows are in it: the costly error is "fits" for a run that did not
+    assert sum(r["measured"].get("fits") is False for r in records) >= 3
+    assert len({record_stack(r) for r in records}) >= 4
+
+
+def test_no_heldout_record_is_also_in_sample() -> None:
+    held = yaml.safe_load(HELDOUT.read_text())
+    seen = {r["id"] for name in IN_SAMPLE for r in yaml.safe_load((HELDOUT.parent / name).read_text())}
+    sources = {str(r["source"]).split("https://")[-1].split()[0].split("/blob/")[0]
+               for name in IN_SAMPLE for r in yaml.safe_load((HELDOUT.parent / name).read_text()) if "https://" in str(r["source"])}
+    for rec in held:
+        assert rec["id"] not in seen
+        url = str(rec["source"]).split("https://")[-1].split()[0].split("/blob/")[0].rstrip(";,'")
+        assert url not in sources, (rec["id"], url)
