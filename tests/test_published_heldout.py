@@ -17,11 +17,24 @@ from trainplan.estimate.published import record_stack, record_to_job
 
 HELDOUT = Path(__file__).resolve().parent / "data" / "published_heldout.yaml"
 FROZEN_SHA256 = "e69a604d19a6938c1b944b7bad9c76ea3ca8a88109b21debf7cc0db23f928ffe"
+# the second set: frozen after the first had been looked at once (docs/validation-sources.md, section 6)
+HELDOUT2 = HELDOUT.with_name("published_heldout2.yaml")
+FROZEN2_SHA256 = "8f41ddfee6a7d7eb979ffe98cf99eab2d1fecb6876a3507e20b8eac2f74088aa"
 IN_SAMPLE = ("published_llm.yaml", "published_stacks.yaml")
 
 
-def test_the_heldout_file_is_the_frozen_one() -> None:
+def test_the_heldout_files_are_the_frozen_ones() -> None:
     assert hashlib.sha256(HELDOUT.read_bytes()).hexdigest() == FROZEN_SHA256
+    assert hashlib.sha256(HELDOUT2.read_bytes()).hexdigest() == FROZEN2_SHA256
+
+
+def test_the_second_set_is_usable_and_new() -> None:
+    first = yaml.safe_load(HELDOUT.read_text())
+    second = yaml.safe_load(HELDOUT2.read_text())
+    assert not {r["id"] for r in first} & {r["id"] for r in second}
+    for rec in second:
+        assert rec["source"] and rec["notes"] and record_to_job(rec) is not None, rec["id"]
+    assert sum(r["measured"].get("fits") is False for r in second) >= 3
 
 
 def test_every_heldout_record_is_sourced_and_modellable() -> None:
