@@ -1,8 +1,9 @@
 """Check the analytic estimator against published measured training runs.
 
-Reads tests/data/published_llm.yaml (every record cites its source), predicts
-each with trainplan's *default* efficiencies, and prints predicted vs measured
-tokens/s per GPU, peak memory and fit / no-fit, with the median and worst errors.
+Reads tests/data/published_llm.yaml and published_stacks.yaml (in-sample: mechanisms were chosen by how they
+moved these records) and tests/data/published_heldout.yaml (frozen before the changes it judges, never used to
+choose one; issue 22), predicts each with trainplan's *default* efficiencies, and prints predicted vs measured
+tokens/s per GPU, peak memory and fit / no-fit — in-sample and held-out apart.
 
     python benchmarks/validate_published.py [--all]
 """
@@ -19,6 +20,9 @@ from trainplan.estimate.published import compare, memory_errors
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "published_llm.yaml"
 STACKS = DATA.with_name("published_stacks.yaml")
+# first set: frozen, looked at once (docs/benchmarks.md records that first look), then used to guide changes
+FIRST_SET = DATA.with_name("published_heldout.yaml")
+HELDOUT = DATA.with_name("published_heldout2.yaml")  # second set: frozen, held out
 
 
 def main() -> None:
@@ -68,7 +72,42 @@ def main() -> None:
         print(f"{stack:22} {len(t):3d} {med(t)} {len(h):28d} {med(h)}")
     print(f"{'all stated stacks':22} {len(train.all):3d} {train.median:13.1%} {len(held.all):28d} {held.median:13.1%}")
     both = memory_errors([r for r in records] + [r for r in stacks], heldout=False)
-    print(f"memory error band (median |err|, every record with a measured peak, held-out excluded): {both.median:.1%} (n={len(both.all)})")
+    print(f"in-sample peak memory (every record with a measured peak): median |err| {both.median:.1%} (n={len(both.all)})")
+    frozen_set(FIRST_SET, "FIRST SET, NOW IN-SAMPLE (frozen; looked at once, then used to guide changes)", args.all)
+    frozen_set(HELDOUT, "HELD OUT (frozen before the changes it judges; never used to choose a mechanism)", args.all)
+
+
+def frozen_set(path: Path, label: str, show_all: bool) -> None:
+    """A frozen set: peak error, by stack, and every out-of-memory row's verdict."""
+    records = yaml.safe_load(path.read_text())
+    print(f"\n{label}: {path.name}, {len(records)} records")
+    errors: list[float] = []
+    ooms: list[str] = []
+    for rec in records:
+        c = compare(rec)
+        if c is None:
+            print(f"  {rec['id']}: not modelled")
+            continue
+        if c.measured_peak_gib:
+            errors.append(c.predicted_peak_gib / c.measured_peak_gib - 1)
+            if show_all:
+                print(f"  {c.id:64} {c.predicted_peak_gib:6.1f} vs {c.measured_peak_gib:6.1f} GiB {errors[-1]:+6.1%}")
+        if c.measured_fits is False:
+            verdict = "does not fit" if not c.predicted_fits else "borderline" if c.predicted_borderline else "FITS"
+            ooms.append(f"{c.id} -> {verdict} ({c.predicted_peak_gib:.1f} GiB predicted)")
+    held = memory_errors(records)
+    if errors:
+        print(f"{'peak memory by stack':22} {'n':>3} {'median |err|':>13}")
+        for stack, errs in sorted(held.by_stack.items()):
+            print(f"{stack:22} {len(errs):3d} {statistics.median(errs):13.1%}")
+        within = sum(abs(e) <= 0.05 for e in errors)
+        print(f"peak memory: n={len(errors)} median |err| {statistics.median(abs(e) for e in errors):.1%}, "
+              f"median {statistics.median(errors):+.1%}, within 5%: {within}/{len(errors)}, worst {max(errors, key=abs):+.0%}, "
+              f"80th percentile |err| {held.quantile(0.8):.1%}")
+    print(f"published out-of-memory runs: {len(ooms)}; predicted does not fit or borderline: "
+          f"{sum('FITS' not in o for o in ooms)}/{len(ooms)}")
+    for o in ooms:
+        print(f"  {o}")
 
 
 if __name__ == "__main__":

@@ -31,6 +31,10 @@ KNOB_TYPES: dict[str, type | tuple[type, ...]] = {
     "quantization": str,
     "fsdp_frozen_weights": str,
     "deepspeed_buckets": dict,
+    "frozen_weights_fp32": bool,
+    "loss_upcast": bool,
+    "qlora_fp32_params": bool,
+    "fused_kernels": str,
 }
 KNOB_VALUES = {
     "loss": {"full", "chunked", "fused"},

@@ -118,6 +118,14 @@ class LossImpl(str, Enum):
     FUSED_LINEAR = "fused-linear"  # output projection and loss fused: logits never materialised
 
 
+class FusedKernels(str, Enum):
+    """Triton kernels a stack patches into the model (their saved tensors differ from eager PyTorch's)."""
+
+    NONE = "none"
+    LIGER = "liger"  # Liger Kernel: RMSNorm, SwiGLU, RoPE and fused linear cross-entropy
+    UNSLOTH = "unsloth"  # Unsloth: RMSNorm, SwiGLU / LoRA MLP, RoPE and its cross-entropy kernel
+
+
 class StackKnobs(BaseModel):
     """Explicit settings that override the stack's defaults (each ``None`` = the stack's default)."""
 
@@ -132,6 +140,10 @@ class StackKnobs(BaseModel):
     paged_optimizer: bool | None = None
     unsharded_accumulation: bool | None = None  # FSDP: accumulation keeps unsharded gradients (no_sync)
     frozen_weight_gradients: bool | None = None  # FSDP: units mixing frozen and trainable weights give both gradients
+    frozen_weights_fp32: bool | None = None  # mixed precision: the frozen (LoRA) base is stored in fp32, autocast casts it
+    loss_upcast: bool | None = None  # the loss up-casts 16-bit logits to fp32 even without autocast
+    qlora_fp32_params: bool | None = None  # QLoRA: unquantised parameters cast to fp32 (PEFT prepare_model_for_kbit_training)
+    fused_kernels: FusedKernels | None = None  # Liger / Unsloth Triton kernels in place of eager norms and MLP
 
 
 class TabularLibrary(str, Enum):

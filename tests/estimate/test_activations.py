@@ -121,3 +121,84 @@ def test_the_projection_keeps_a_contiguous_copy_of_the_sdpa_output_when_it_train
               flash_attention=True)  # fmt: skip
     copy = layer_activation_bytes(**kw, attention_output_copy=True) - layer_activation_bytes(**kw)
     assert extra == copy == b * s * heads * d * 2  # one 16-bit (B, S, H*D) tensor, only when the projection trains
+
+
+def test_autocast_keeps_a_16bit_cast_of_each_frozen_fp32_weight_for_backward() -> None:
+    """A *-mixed precision plugin leaves a LoRA base in fp32; autocast caches casts only for weights that require
+    grad, so each frozen weight is cast at its use and the matmul saves that copy (memory.frozen_weight_cast_bytes)."""
+    from trainplan.estimate.memory import frozen_weight_cast_bytes
+    from trainplan.spec import Checkpointing
+
+    hidden, blocks, tokens = 64, 3, 16
+    frozen = [torch.randn(hidden, hidden) for _ in range(blocks)]  # fp32, requires_grad=False
+    x = torch.randn(tokens, hidden, requires_grad=True)
+    casts: list[int] = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.dtype is torch.bfloat16 and tuple(t.shape) == (hidden, hidden):
+            casts.append(t.untyped_storage().nbytes())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), torch.autocast("cpu", dtype=torch.bfloat16):
+        h = x
+        for w in frozen:
+            h = F.linear(h, w)
+        h.float().sum().backward()
+    assert len(casts) == blocks  # one saved copy per frozen weight: none is cached and shared
+    assert sum(casts) == frozen_weight_cast_bytes(blocks * hidden * hidden, blocks=blocks, head_params=0,
+                                                  checkpointing=Checkpointing.NONE)  # fmt: skip
+    # a weight that trains is cached instead: its two uses save the same 16-bit storage
+    w = torch.randn(hidden, hidden, requires_grad=True)
+    ptrs: set[int] = set()
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: ptrs.add(t.untyped_storage().data_ptr()) or t, lambda t: t), \
+            torch.autocast("cpu", dtype=torch.bfloat16):  # fmt: skip
+        F.linear(F.linear(x, w), w).float().sum().backward()
+    assert len(ptrs) == 3  # x's cast, the first output, and ONE cast of w
+    # with full checkpointing only the recomputed block holds its casts (and the head's stay)
+    assert frozen_weight_cast_bytes(blocks * hidden * hidden, blocks=blocks, head_params=10,
+                                    checkpointing=Checkpointing.FULL) == 2 * (hidden * hidden + 10)  # fmt: skip
+
+
+def test_cross_entropy_without_an_upcast_keeps_everything_in_bf16() -> None:
+    """LitGPT's chunked_cross_entropy and Lightning's demo loss call the loss on the logits as they are: in pure
+    bf16 the saved log-softmax and both gradients are bf16 — 3 x 2 bytes per logit, not 12."""
+    tokens, vocab = 128, 4096
+    logits = torch.randn(tokens, vocab, dtype=torch.bfloat16, requires_grad=True)
+    target = torch.randint(0, vocab, (tokens,))
+    loss = F.cross_entropy(logits, target)
+    live: list[int] = []
+    node = loss.grad_fn.next_functions[0][0]
+    assert "LogSoftmax" in type(node).__name__
+    saved_output = node._saved_result.untyped_storage().nbytes()
+    node.register_hook(lambda gi, go: live.extend(g.untyped_storage().nbytes() for g in (*gi, *go)))
+    loss.backward()
+    kw = dict(seq_len=tokens, micro_batch=1, vocab=vocab, precision=Precision.BF16_PURE, upcast=False)
+    assert saved_output + sum(live) == logits_bytes(**kw) == tokens * vocab * 6
+    # under autocast (mixed precision) the loss runs in fp32 whatever the code says: the flag changes nothing
+    assert logits_bytes(**{**kw, "precision": Precision.BF16}) == tokens * vocab * 12
+    # chunked (LitGPT keeps its chunk list): each chunk's saved log-softmax is bf16, as many bytes as the logits
+    chunks = [torch.randn(32, vocab, dtype=torch.bfloat16, requires_grad=True) for _ in range(4)]
+    saved = _saved_bytes(lambda *c: [F.cross_entropy(t, target[:32], reduction="none") for t in c], *chunks,
+                         exclude=(*chunks, target))  # fmt: skip
+    assert 0 <= saved - 4 * 32 * vocab * 2 < 64  # (+ nll_loss's scalar total weights)
+    from trainplan.spec import LossImpl
+
+    chunked = logits_bytes(**kw, loss=LossImpl.CHUNKED, chunks=4)
+    assert chunked == tokens * vocab * 2 * (2 + 2 / 4)  # chunks + saved outputs, one chunk's two gradients
+
+
+def test_fused_kernels_keep_the_norm_input_and_the_mlp_gate_and_up() -> None:
+    from trainplan.spec import FusedKernels
+
+    kw = dict(seq_len=128, micro_batch=1, hidden=256, heads=4, q_dim=256, kv_dim=256, ffn_hidden=1024, mlp="swiglu",
+              norm="rmsnorm", precision=Precision.BF16_PURE, flash_attention=True)  # fmt: skip
+    eager = layer_activation_bytes(**kw)
+    liger = layer_activation_bytes(**kw, fused_kernels=FusedKernels.LIGER)
+    unsloth = layer_activation_bytes(**kw, fused_kernels=FusedKernels.UNSLOTH)
+    frozen_down = layer_activation_bytes(**kw, fused_kernels=FusedKernels.LIGER, down_proj_keeps_input=False)
+    t, e, h, f = 128, 2, 256, 1024
+    # norms: the fp32 up-cast and the 16-bit product become the 16-bit input (Liger saves X, W, RSTD)
+    norm_saving = 2 * (norm_saved_bytes_per_token(h, "rmsnorm", Precision.BF16_PURE)
+                       - norm_saved_bytes_per_token(h, "rmsnorm", Precision.BF16_PURE, compiled=True))  # fmt: skip
+    assert eager - liger == t * (norm_saving + e * f)  # SwiGLU: gate, up and the product down_proj keeps (3 of 4)
+    assert liger - frozen_down == t * e * f == liger - unsloth  # no product kept when down_proj does not train

@@ -88,7 +88,8 @@ def test_loss_bytes_per_logit_by_implementation() -> None:
 def test_the_stack_changes_the_peak_through_its_loss() -> None:
     cat = get_catalog()
     hw = _hw()
-    job, fjob = _job(method="lora"), _job(method="lora", stack="llm-foundry")
+    # the same frozen base in both (llm-foundry's amp_bf16 would keep it in fp32: a separate mechanism)
+    job, fjob = _job(method="lora"), _job(method="lora", stack="llm-foundry", knobs={"frozen_weights_fp32": False})
     plain = compose(job, transformer_profile(job, cat), hw, Strategy.SINGLE, cat)
     foundry = compose(fjob, transformer_profile(fjob, cat), hw, Strategy.SINGLE, cat)
     # plain cross-entropy peaks at 12 B per logit (fp32 log-softmax + its two fp32 gradients at the start of backward);
@@ -199,3 +200,47 @@ def test_the_trace_honours_the_knobs_it_can_run() -> None:
     foundry = trace_transformer_job(parse_job({**base, "stack": "llm-foundry"}))
     assert any("not traced" in n and "fused" in n for n in foundry.notes)
     assert foundry.memory.activations == pytest.approx(plain.memory.activations)
+
+
+def test_a_mixed_precision_plugin_keeps_the_frozen_base_in_fp32_and_its_casts() -> None:
+    """Lightning/LitGPT '*-mixed' keep the LoRA base in fp32 (stacks.yaml frozen_weights_fp32); '*-true' is bf16-pure."""
+    from trainplan.estimate import architecture as arch_mod
+    from trainplan.estimate.transformer import resolve_transformer
+
+    cat = get_catalog()
+    mixed, true = _job(method="lora", stack="litgpt", precision="bf16"), _job(method="lora", stack="litgpt", precision="bf16-pure")
+    m, t = resolve_transformer(mixed, cat), resolve_transformer(true, cat)
+    assert m.frozen_bytes == 2 * t.frozen_bytes == 4 * m.total == m.frozen_fp32_bytes
+    pm, pt = transformer_profile(mixed, cat), transformer_profile(true, cat)
+    arch = m.arch
+    casts = 2 * (m.counts.block_linear + arch.vocab * arch.hidden) + 2 * m.adapter_params
+    assert pm.memory.autocast_copies == casts and pt.memory.autocast_copies == 0
+    # plain (trainplan run) loads a GPU LoRA base in 16 bits: no fp32 copy, no casts
+    plain = resolve_transformer(_job(method="lora", precision="bf16"), cat)
+    assert plain.frozen_bytes == t.frozen_bytes and plain.frozen_fp32_bytes == 0
+    # the knob overrides the stack, and a DeepSpeed engine casts the module to bf16 whatever the stack keeps
+    off = resolve_transformer(_job(method="lora", stack="litgpt", precision="bf16", knobs={"frozen_weights_fp32": False}), cat)
+    assert off.frozen_bytes == t.frozen_bytes
+    hw = _hw(gpus=2)
+    acc = _job(method="lora", stack="accelerate", precision="bf16")
+    z3 = compose(acc, transformer_profile(acc, cat), hw, Strategy.ZERO3, cat)
+    assert z3.memory.weights == pytest.approx(m.total * 2 / 2 + 2 * m.adapter_params / 2, rel=0.01)
+    assert arch_mod.lora_params(arch, acc.lora_spec) == m.adapter_params
+
+
+def test_litgpt_computes_its_loss_in_the_logits_dtype_and_fused_kernels_bring_their_loss() -> None:
+    cat = get_catalog()
+    k = effective_knobs(_job(stack="litgpt"), cat)
+    assert not k.loss_upcast and k.loss is LossImpl.CHUNKED
+    assert effective_knobs(_job(), cat).loss_upcast
+    liger = effective_knobs(_job(stack="hf-trainer", knobs={"fused_kernels": "liger"}), cat)
+    unsloth = effective_knobs(_job(stack="hf-trainer", knobs={"fused_kernels": "unsloth"}), cat)
+    assert liger.loss is LossImpl.FUSED_LINEAR and unsloth.loss is LossImpl.FUSED
+    assert effective_knobs(_job(knobs={"fused_kernels": "liger", "loss": "chunked"}), cat).loss is LossImpl.CHUNKED
+    # pure bf16, LitGPT: the loss costs e·(2 + 2/chunks) per logit instead of the up-cast path's 2 + 4 + 4/chunks
+    pure = _job(stack="litgpt", precision="bf16-pure", method="lora")
+    up = _job(stack="litgpt", precision="bf16-pure", method="lora", knobs={"loss_upcast": True})
+    assert transformer_profile(up, cat).memory.activations > transformer_profile(pure, cat).memory.activations
+    with pytest.raises(SpecError, match="knobs.fused_kernels"):
+        effective_knobs(parse_job({"kind": "torch", "model": "torchvision.models:resnet18", "inputs": [{"shape": [3, 32, 32]}],
+                                   "loss": "cross_entropy", "micro_batch": 2, "steps": 1, "knobs": {"fused_kernels": "liger"}}), cat)

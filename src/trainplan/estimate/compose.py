@@ -50,7 +50,8 @@ def step_memory(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardwa
     p = profile.params
     states = model_state_bytes(
         trainable_params=p.trainable,
-        frozen_bytes=p.frozen_bytes,
+        # a DeepSpeed engine casts the module to bf16 / fp16 (deepspeed/runtime/engine.py _configure_distributed_model)
+        frozen_bytes=p.frozen_bytes - (p.frozen_fp32_bytes / 2 if engine is Engine.DEEPSPEED else 0.0),
         precision=job.precision,
         optimizer=job.optimizer,
         strategy=strategy,

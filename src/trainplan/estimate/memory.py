@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainplan.spec import Checkpointing, LossImpl, Optimizer, Precision
+from trainplan.spec import Checkpointing, FusedKernels, LossImpl, Optimizer, Precision
 from trainplan.strategies import Engine, Strategy, ZeroStage
 
 GIB = 2**30
@@ -275,6 +275,8 @@ def layer_activation_bytes(
     autocast_softmax: bool = False,
     frozen_norms: bool = False,
     attention_output_copy: bool = False,
+    fused_kernels: FusedKernels = FusedKernels.NONE,
+    down_proj_keeps_input: bool = True,
 ) -> float:
     """Activation bytes one transformer block keeps for backward (Korthikanti et al. 2022, eq. 1, term by term).
 
@@ -298,6 +300,13 @@ def layer_activation_bytes(
     bytes per score instead of e (+1 + e); Megatron's fused softmax (the
     Korthikanti count) keeps 16 bits.
     ``frozen_norms``: the norms' weights do not train (LoRA), see :func:`norm_saved_bytes_per_token`.
+    ``fused_kernels``: Triton kernels in place of the eager norms and SwiGLU.  Liger Kernel's RMSNorm
+    (``LigerRMSNormFunction``: ``ctx.save_for_backward(X, W, RSTD)``) and Unsloth's (``Fast_RMS_Layernorm``: X and
+    the fp32 inverse RMS) keep the 16-bit input and an fp32 statistic per token, as a compiled norm does; Liger's
+    SwiGLU (``LigerSiLUMulFunction``: ``ctx.save_for_backward(a, b)``) keeps the gate and up projections and
+    recomputes SiLU in backward, and ``down_proj`` keeps the product only to form its weight's (or its LoRA
+    adapter's) gradient (``down_proj_keeps_input``); Unsloth's LoRA MLP (``LoRA_MLP`` in
+    ``unsloth/kernels/fast_lora.py``) keeps the gate and up outputs and recomputes the product: 2e·f.
     ``attention_output_copy``: PyTorch's fused SDPA kernel keeps its own output
     ``(B, H, S, D)`` for backward, and the output projection keeps the
     contiguous ``(B, S, H·D)`` copy that ``transpose(1, 2).contiguous()`` (or
@@ -307,7 +316,8 @@ def layer_activation_bytes(
     """
     e = precision.compute_bytes
     tokens = seq_len * micro_batch
-    norms = 2 * norm_saved_bytes_per_token(hidden, norm, precision, compiled=compiled,
+    fused = fused_kernels is not FusedKernels.NONE
+    norms = 2 * norm_saved_bytes_per_token(hidden, norm, precision, compiled=compiled or (fused and norm == "rmsnorm"),
                                            weight_trainable=not frozen_norms)  # fmt: skip
     attn_linear = e * hidden + e * (q_dim + 2 * kv_dim) + e * q_dim
     fp32_softmax = autocast_softmax and e == 2
@@ -320,6 +330,9 @@ def layer_activation_bytes(
         if dropout:  # the mask, and the dropout output (under autocast its 16-bit cast replaces the one above)
             core += heads * seq_len * (1 + (0 if fp32_softmax else e))
     intermediates = (2 if mlp == "swiglu" else 1) if compiled else (4 if mlp == "swiglu" else 2)
+    if fused and mlp == "swiglu" and not compiled:
+        keeps_product = fused_kernels is FusedKernels.LIGER and down_proj_keeps_input
+        intermediates = 3 if keeps_product else 2
     mlp_bytes = e * hidden + intermediates * e * ffn_hidden
     masks = 2.0 * hidden if dropout else 0.0  # 1-byte masks after attention and after the MLP
     if checkpointing is Checkpointing.SELECTIVE:
@@ -335,7 +348,8 @@ def checkpointed_activation_bytes(
 
 
 def logits_bytes(*, seq_len: int, micro_batch: int, vocab: int, precision: Precision, hidden: int = 0,
-                 loss: LossImpl = LossImpl.FULL, chunks: int = 1, compiled: bool = False) -> float:  # fmt: skip
+                 loss: LossImpl = LossImpl.FULL, chunks: int = 1, compiled: bool = False,
+                 upcast: bool = True) -> float:  # fmt: skip
     """Output logits and the loss around the start of backward, by how the loss is computed.
 
     * ``full`` (Hugging Face ``ForCausalLMLoss``, torchtune's ``CrossEntropyLoss``
@@ -362,9 +376,22 @@ def logits_bytes(*, seq_len: int, micro_batch: int, vocab: int, precision: Preci
       keeps the 16-bit logits and an fp32 log-sum-exp per token, recomputing the
       softmax in backward (min-cut rematerialisation); an fp32 chunk exists only
       transiently: e + 4/chunks per logit.
+    * no up-cast (``upcast=False``: LitGPT's ``chunked_cross_entropy`` and Lightning's demo loss call
+      ``cross_entropy`` / ``nll_loss`` on the logits as they are) in pure 16-bit precision, where no autocast
+      turns the loss to fp32: every tensor of the loss has the logits' dtype.  Full: the saved log-softmax
+      output, nll's gradient and the logits' gradient, 3e per logit (the caller has returned the logits).
+      Chunked (LitGPT keeps its list of logit chunks through backward): the chunks, their saved log-softmax
+      outputs — replaced one by one by the chunks' gradients as backward runs — and one chunk's two
+      gradients: e·(2 + 2/chunks).  Under autocast (mixed precision) ``cross_entropy`` runs in fp32 either way
+      (``torch.amp`` docs, "CUDA Ops that can autocast to float32"), so the flag changes nothing there.
     """
     tokens = seq_len * micro_batch
     e = precision.compute_bytes
+    if not upcast and e == 2 and not precision.mixed and not compiled:
+        if loss is LossImpl.FULL:
+            return tokens * vocab * 3.0 * e
+        if loss is LossImpl.CHUNKED:
+            return tokens * vocab * e * (2 + 2 / max(1, chunks))
     if compiled and loss in (LossImpl.FULL, LossImpl.CHUNKED):
         return tokens * (vocab * (e + 4 / max(1, chunks)) + 4)
     if loss is LossImpl.FUSED_LINEAR:
@@ -384,6 +411,23 @@ def dequantized_weight_bytes(largest_linear_params: float) -> float:
 
 
 # ----------------------------------------------------------------------------- temporaries
+
+
+def frozen_weight_cast_bytes(frozen_matmul_params: float, *, blocks: int, head_params: float,
+                             checkpointing: Checkpointing) -> float:
+    """16-bit casts of fp32 frozen weights that matmuls keep for backward under autocast.
+
+    Autocast caches the cast of a weight only when it is a leaf that requires grad
+    (``aten/src/ATen/autocast_mode.cpp``, ``cached_cast``: ``arg.requires_grad() && arg.is_leaf()``), so a
+    frozen fp32 weight (a LoRA base under a ``*-mixed`` precision plugin) is cast again at each use; the
+    matmul keeps that 16-bit copy to form its input's gradient (PyTorch ``derivatives.yaml``, ``mm``: the
+    input's gradient is ``grad.mm(mat2.t())``).  Every block's copies live from its forward to its backward
+    — 2 bytes per frozen matmul weight, plus the output head's; with full checkpointing only the block being
+    recomputed holds them.  Measured with saved-tensor hooks under CPU autocast in
+    ``tests/estimate/test_activations.py``.
+    """
+    block = frozen_matmul_params / max(1, blocks) if checkpointing is Checkpointing.FULL else frozen_matmul_params
+    return 2.0 * (block + head_params)
 
 
 def autocast_weight_copy_bytes(matmul_params: float, precision: Precision, strategy: Strategy, trainable_fp32: bool) -> float:

@@ -38,6 +38,9 @@ class Params:
     factored_state_elems: float = 0.0
     largest_block: int = 0  # parameters of the unit FSDP / ZeRO-3 gather at once
     largest_tensor: int = 0  # parameters of the largest single weight (its gradient is what an in-backward step holds)
+    # the part of frozen_bytes kept in fp32 under mixed precision (knobs.frozen_weights_fp32); a DeepSpeed engine
+    # casts the whole module to its 16-bit type, so there it counts half
+    frozen_fp32_bytes: float = 0.0
 
     @property
     def frozen(self) -> int:

@@ -3,8 +3,10 @@
 A knob is something the training code does that changes what a step allocates
 or computes: how the loss treats the vocabulary, ``torch.compile``, the
 optimizer stepping inside backward, activations offloaded to the host, a fused
-or paged optimizer, and how FSDP keeps gradients (unsharded while accumulating;
-for frozen weights that share a unit with trainable ones).  Both profile producers read the same :class:`Knobs`.
+or paged optimizer, how FSDP keeps gradients (unsharded while accumulating;
+for frozen weights that share a unit with trainable ones), the dtype a frozen LoRA base is stored in under
+mixed precision, whether the loss up-casts 16-bit logits, and Triton kernels (Liger, Unsloth) in place of
+eager norms and MLPs.  Both profile producers read the same :class:`Knobs`.
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ from dataclasses import dataclass
 
 from trainplan.catalog import Catalog
 from trainplan.errors import SpecError
-from trainplan.spec import LossImpl, Optimizer, Stack, TorchJob, TransformerJob
+from trainplan.spec import FusedKernels, LossImpl, Optimizer, Stack, TorchJob, TransformerJob
 from trainplan.strategies import Engine
 
 KNOB_NAMES = ("loss", "loss_chunks", "loss_chunk_tokens", "compile", "optimizer_in_backward", "activation_offloading",
-              "fused_optimizer", "paged_optimizer", "unsharded_accumulation", "frozen_weight_gradients")  # fmt: skip
+              "fused_optimizer", "paged_optimizer", "unsharded_accumulation", "frozen_weight_gradients",
+              "frozen_weights_fp32", "loss_upcast", "fused_kernels", "qlora_fp32_params")  # fmt: skip
+_ENUMS = (LossImpl, FusedKernels)
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,10 @@ class Knobs:
     paged_optimizer: bool = False
     unsharded_accumulation: bool = False  # FSDP: gradient accumulation without sync keeps gradients unsharded
     frozen_weight_gradients: bool = False  # FSDP: frozen weights in a unit with trainable ones get gradients too
+    frozen_weights_fp32: bool = False  # mixed precision: the frozen base stays fp32, autocast casts it per matmul
+    loss_upcast: bool = True  # the loss up-casts 16-bit logits to fp32 (without autocast too)
+    qlora_fp32_params: bool = False  # QLoRA: the unquantised parameters are cast to fp32 (PEFT)
+    fused_kernels: FusedKernels = FusedKernels.NONE
     engines: tuple[Engine, ...] = (Engine.TORCH, Engine.FSDP, Engine.DEEPSPEED)
     notes: tuple[str, ...] = ()  # which explicit knob overrode which stack default
 
@@ -60,18 +68,27 @@ def effective_knobs(job: TorchJob | TransformerJob, catalog: Catalog) -> Knobs:
     notes = []
     for key, value in explicit.items():
         default = defaults.get(key)
-        shown = value.value if isinstance(value, LossImpl) else value
+        shown = value.value if isinstance(value, _ENUMS) else value
         if default is not None and str(default).lower() != str(shown).lower():
             notes.append(f"knobs.{key}: {shown} overrides {job.stack.value}'s default ({default})")
-    merged = {**defaults, **{k: (v.value if isinstance(v, LossImpl) else v) for k, v in explicit.items()}}
+    merged = {**defaults, **{k: (v.value if isinstance(v, _ENUMS) else v) for k, v in explicit.items()}}
     if "loss_chunks" in explicit and "loss_chunk_tokens" not in explicit:
         merged.pop("loss_chunk_tokens", None)
     if "loss_chunk_tokens" in explicit and "loss_chunks" not in explicit:
         merged.pop("loss_chunks", None)
+    kernels = FusedKernels(merged.get("fused_kernels", "none"))
+    if kernels is not FusedKernels.NONE and "loss" not in explicit:
+        # the kernels' own loss: Liger's fused linear cross-entropy (the Trainer's use_liger_kernel turns it on),
+        # Unsloth's cross-entropy kernel over the 16-bit logits
+        merged["loss"] = LossImpl.FUSED_LINEAR.value if kernels is FusedKernels.LIGER else LossImpl.FUSED.value
     loss = LossImpl(merged.get("loss", "full"))
     if isinstance(job, TorchJob) and "loss" in explicit:
         raise SpecError("applies to language-model (kind: transformer) jobs; a torch job's loss is its `loss:` function",
                         field="knobs.loss")  # fmt: skip
+    for key in ("frozen_weights_fp32", "loss_upcast", "fused_kernels", "qlora_fp32_params"):
+        if isinstance(job, TorchJob) and key in explicit:
+            raise SpecError("applies to language-model (kind: transformer) jobs; a traced model keeps what its own code "
+                            "keeps", field=f"knobs.{key}")  # fmt: skip
     if merged.get("paged_optimizer") and job.optimizer is not Optimizer.ADAM8BIT:
         raise SpecError("paged optimizers are bitsandbytes' 8-bit AdamW: set optimizer: adam8bit", field="knobs.paged_optimizer")
     seq_len = job.seq_len if isinstance(job, TransformerJob) else 1
@@ -86,6 +103,10 @@ def effective_knobs(job: TorchJob | TransformerJob, catalog: Catalog) -> Knobs:
         paged_optimizer=bool(merged.get("paged_optimizer", False)),
         unsharded_accumulation=bool(merged.get("unsharded_accumulation", False)),
         frozen_weight_gradients=bool(merged.get("frozen_weight_gradients", False)),
+        frozen_weights_fp32=bool(merged.get("frozen_weights_fp32", False)),
+        loss_upcast=bool(merged.get("loss_upcast", True)),
+        qlora_fp32_params=bool(merged.get("qlora_fp32_params", False)),
+        fused_kernels=FusedKernels(merged.get("fused_kernels", "none")),
         engines=tuple(Engine(e) for e in entry.get("engines", [e.value for e in Engine])),
         notes=tuple(notes),
     )

@@ -18,6 +18,7 @@ from trainplan.estimate.compute import memory_bound_bytes_per_token, training_st
 from trainplan.estimate.memory import (
     checkpointed_activation_bytes,
     dequantized_weight_bytes,
+    frozen_weight_cast_bytes,
     layer_activation_bytes,
     logits_bytes,
     norm_saved_bytes_per_token,
@@ -44,6 +45,7 @@ class TransformerModel:
     counts: arch_mod.ParamCounts
     trainable: int
     frozen_bytes: float  # bytes of frozen (LoRA/QLoRA base) weights, unsharded
+    frozen_fp32_bytes: float  # the part of frozen_bytes stored in fp32 under mixed precision (knobs.frozen_weights_fp32)
     adapter_params: int
     trainable_matmul: float
     adafactor_elems_per_param: float
@@ -62,7 +64,12 @@ def resolve_transformer(job: TransformerJob, catalog: Catalog | None = None) -> 
         raise SpecError(str(exc), field="model") from None
     counts = arch_mod.param_counts(arch, job.seq_len)
     lora = job.lora_spec
-    e16 = 4 if job.precision is Precision.FP32 else 2
+    # a *-mixed precision plugin keeps the frozen base in fp32 and autocasts it (stacks.yaml frozen_weights_fp32);
+    # PEFT's prepare_model_for_kbit_training casts QLoRA's unquantised parameters to fp32 (qlora_fp32_params)
+    k = effective_knobs(job, catalog or get_catalog())
+    fp32_base = (job.precision.mixed and k.frozen_weights_fp32) or (job.method is Method.QLORA and k.qlora_fp32_params)
+    e16 = 4 if job.precision is Precision.FP32 or fp32_base else 2
+    fp32_bytes = 0.0
     if lora is None:
         trainable, frozen_bytes, adapters = counts.total, 0.0, 0
         trainable_matmul = float(counts.matmul_per_token)
@@ -76,13 +83,15 @@ def resolve_transformer(job: TransformerJob, catalog: Catalog | None = None) -> 
         if job.method is Method.QLORA:
             # 4-bit NF4 base weights in the blocks; embeddings, head and norms stay 16-bit (QLoRA paper Sec. 3).
             frozen_bytes = counts.block_linear * arch_mod.QLORA_BITS_PER_PARAM / 8 + (counts.total - counts.block_linear) * e16
+            fp32_bytes = (counts.total - counts.block_linear) * 4.0 if fp32_base else 0.0
         else:
             frozen_bytes = counts.total * e16
+            fp32_bytes = counts.total * 4.0 if fp32_base else 0.0
         trainable_matmul = 0.0
     factored = arch_mod.factored_dims(arch)
     vectors = counts.block_other
     ada = (factored + vectors) / max(1, counts.total)
-    return TransformerModel(arch, counts, trainable, frozen_bytes, adapters, trainable_matmul, ada)
+    return TransformerModel(arch, counts, trainable, frozen_bytes, fp32_bytes, adapters, trainable_matmul, ada)
 
 
 def _flash(job: TransformerJob) -> bool:
@@ -131,6 +140,8 @@ def _layer_bytes(job: TransformerJob, arch: ModelArch, k: Knobs, ffn_hidden: int
         frozen_norms=job.lora_spec is not None,
         autocast_softmax=job.precision.mixed,
         attention_output_copy=_attention_output_copy(job, arch, k),
+        fused_kernels=k.fused_kernels,
+        down_proj_keeps_input=job.lora_spec is None or "down_proj" in arch_mod.lora_targets(arch, job.lora_spec),
     ) + job.seq_len * job.micro_batch * (mla_latent_bytes_per_token(arch, job.precision) + block_norm_extra_bytes_per_token(
         arch, job.precision, trainable=job.lora_spec is None))
 
@@ -212,7 +223,8 @@ def head_activation_bytes(job: TransformerJob, arch: ModelArch, knobs: Knobs | N
                      + arch.hidden * job.precision.compute_bytes)  # fmt: skip
     if arch.has_lm_head:
         head += logits_bytes(seq_len=job.seq_len, micro_batch=job.micro_batch, vocab=arch.vocab, precision=job.precision,
-                             hidden=arch.hidden, loss=k.loss, chunks=k.loss_chunks, compiled=k.compile)  # fmt: skip
+                             hidden=arch.hidden, loss=k.loss, chunks=k.loss_chunks, compiled=k.compile,
+                             upcast=k.loss_upcast)  # fmt: skip
         if arch.final_logit_softcap and not k.compile:
             # Gemma 2: logits = cap · tanh(logits / cap); tanh keeps its output for backward (derivatives.yaml)
             head += tokens * arch.vocab * job.precision.compute_bytes
@@ -277,6 +289,13 @@ def transformer_profile(job: TransformerJob, catalog: Catalog | None = None, *, 
     # LoRA/QLoRA bases are stored in 16 (or 4) bits already, so only full training makes them.
     matmul_weights = m.counts.block_linear + arch.vocab * arch.hidden
     autocast = 2.0 * matmul_weights if job.precision.mixed and job.method is Method.FULL else 0.0
+    if m.frozen_fp32_bytes and job.precision.mixed:
+        # a frozen fp32 base is cast at each use and the matmul keeps the cast (memory.frozen_weight_cast_bytes);
+        # bitsandbytes' 4-bit layers dequantise instead (forward_temporaries); the adapters' casts are cached
+        frozen_matmul = m.counts.block_linear if job.method is Method.LORA else 0.0
+        autocast = frozen_weight_cast_bytes(frozen_matmul, blocks=arch.blocks, checkpointing=job.activation_checkpointing,
+                                            head_params=arch.vocab * arch.hidden if arch.has_lm_head else 0.0)
+        autocast += 2.0 * m.adapter_params
     device_acts, host_acts = device_and_host_activation_bytes(job, arch, knobs)
     largest_linear = arch_mod.largest_linear_params(arch)
     # a fused optimizer steps tensor by tensor in place, and so does one that steps inside backward
@@ -290,6 +309,7 @@ def transformer_profile(job: TransformerJob, catalog: Catalog | None = None, *, 
             factored_state_elems=m.adafactor_elems_per_param,
             largest_block=arch_mod.largest_block_params(arch),
             largest_tensor=max(largest_linear, arch.vocab * arch.hidden) if job.method is Method.FULL else largest_linear,
+            frozen_fp32_bytes=m.frozen_fp32_bytes,
         ),
         flops=flops,
         memory=StepMemory(
