@@ -225,6 +225,9 @@ def _read_gemma3_text(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set
                                "use_bidirectional_attention", "sliding_window_pattern"}  # fmt: skip
 
 
+PYTHON_GELUS = ("gelu_new", "gelu_fast")
+
+
 def _read_phi3(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
     """Phi-3 / Phi-4 (``Phi3ForCausalLM``): fused qkv and gate_up projections (the same weights as separate ones)."""
     out = _common(cfg, mt)
@@ -391,6 +394,8 @@ def _read_legacy(cfg: dict[str, Any], mt: str) -> dict[str, Any]:
         "dropout": float(_first(cfg, "hidden_dropout_prob", "resid_pdrop", "dropout", "dropout_rate", "attention_dropout",
                                 default=0.0) or 0.0),  # fmt: skip
         "hf_model_type": mt,
+        # transformers' NewGELUActivation / FastGELUActivation are Python expressions (activations.py)
+        "gelu_python": _first(cfg, "activation_function", "hidden_act", default="") in PYTHON_GELUS,
     }
     if mt == "gpt2":
         out.update(mlp="gelu", ffn_hidden=_first(cfg, "n_inner", default=4 * hidden), position="learned",

@@ -103,6 +103,9 @@ class ModelArch(BaseModel):
     max_seq_len: PositiveInt | None = None
     extra_embedding_params: Annotated[int, Field(ge=0)] = 0
     dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0  # dropout probability in training (attention and residual)
+    # the GELU is a Python expression of tanh, pow and products (transformers gelu_new / gelu_fast: GPT-2, GPT-J)
+    # rather than one fused op: autograd keeps its intermediates
+    gelu_python: bool = False
     # --- attention and block details of the 2024-2026 families (all optional: None / 0 = absent)
     attention_bias: Literal["qkv", "qkvo"] | None = None  # Qwen2: biases on q, k, v; gpt-oss: and on o
     qk_norm: Literal["head", "full"] | None = None  # RMSNorm of q and k: per head (Qwen3, Gemma 3) or full width (OLMoE)

@@ -202,3 +202,25 @@ def test_fused_kernels_keep_the_norm_input_and_the_mlp_gate_and_up() -> None:
                        - norm_saved_bytes_per_token(h, "rmsnorm", Precision.BF16_PURE, compiled=True))  # fmt: skip
     assert eager - liger == t * (norm_saving + e * f)  # SwiGLU: gate, up and the product down_proj keeps (3 of 4)
     assert liger - frozen_down == t * e * f == liger - unsloth  # no product kept when down_proj does not train
+
+
+def test_a_python_gelu_keeps_five_tensors_where_a_fused_one_keeps_two() -> None:
+    """transformers' gelu_new (GPT-2, GPT-J) is eager Python: pow keeps x, tanh its output, the last product both
+    operands, and the output projection its input (memory.layer_activation_bytes, gelu_python)."""
+    import math
+
+    tokens, hidden, ffn = 16, 32, 128
+    w_out = torch.randn(hidden, ffn, requires_grad=True)
+
+    def mlp(h: torch.Tensor) -> torch.Tensor:
+        x = h * 1.0  # the fc output (not a leaf)
+        y = 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+        return F.linear(y, w_out)
+
+    h = torch.randn(tokens, ffn, requires_grad=True)
+    saved = _saved_bytes(mlp, h, exclude=(w_out, h))
+    assert saved == tokens * ffn * 4 * 5
+    kw = dict(seq_len=tokens, micro_batch=1, hidden=hidden, heads=2, q_dim=hidden, kv_dim=hidden, ffn_hidden=ffn,
+              mlp="gelu", norm="layernorm", precision=Precision.FP32, flash_attention=True)  # fmt: skip
+    extra = layer_activation_bytes(**kw, gelu_python=True) - layer_activation_bytes(**kw)
+    assert extra == tokens * ffn * 4 * 3  # five kept where the fused GELU's count has two (input, output)

@@ -244,3 +244,34 @@ def test_litgpt_computes_its_loss_in_the_logits_dtype_and_fused_kernels_bring_th
     with pytest.raises(SpecError, match="knobs.fused_kernels"):
         effective_knobs(parse_job({"kind": "torch", "model": "torchvision.models:resnet18", "inputs": [{"shape": [3, 32, 32]}],
                                    "loss": "cross_entropy", "micro_batch": 2, "steps": 1, "knobs": {"fused_kernels": "liger"}}), cat)
+
+
+def test_alibi_models_attend_eagerly_under_auto_and_old_records_too() -> None:
+    """BLOOM / MPT have no SDPA path in transformers; a record that ran transformers < 4.36 attended eagerly."""
+    from trainplan.estimate.published import record_flash_attention
+
+    cat = get_catalog()
+    bloom = {**BASE, "model": "bloomz-7b1", "seq_len": 1024, "micro_batch": 1}
+    auto = transformer_profile(parse_job(bloom), cat).memory.activations
+    eager = transformer_profile(parse_job({**bloom, "flash_attention": "false"}), cat).memory.activations
+    fused = transformer_profile(parse_job({**bloom, "flash_attention": "true"}), cat).memory.activations
+    assert auto == eager > fused
+    llama = transformer_profile(_job(), cat).memory.activations
+    assert llama < transformer_profile(_job(flash_attention="false"), cat).memory.activations  # RoPE: SDPA under auto
+    assert record_flash_attention({"framework": "Fabric 2.0.2 + transformers 4.28.1"}) is False
+    assert record_flash_attention({"framework": "TRL, transformers 4.40.0"}) is None
+    assert record_flash_attention({"framework": "HF Seq2SeqTrainer (transformers, Feb 2023)"}) is False
+    assert record_flash_attention({"framework": "plain loop, Feb 2023"}) is None  # not a Hugging Face model
+    assert record_flash_attention({"framework": "transformers 4.28", "flash_attention": True}) is True
+
+
+def test_gpt2_presets_read_like_their_config_json() -> None:
+    """The presets carry what trainplan's reader takes from the same config.json: dropout 0.1, the Python gelu_new."""
+    from trainplan.catalog import resolve_model
+    from trainplan.hfconfig import arch_from_hf_config
+
+    cfg = {"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12, "vocab_size": 50257, "n_positions": 1024,
+           "resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1, "activation_function": "gelu_new"}  # fmt: skip
+    read, preset = arch_from_hf_config(cfg), resolve_model("gpt2")
+    assert (read.dropout, read.gelu_python) == (preset.dropout, preset.gelu_python) == (0.1, True)
+    assert not arch_from_hf_config({**cfg, "activation_function": "gelu"}).gelu_python

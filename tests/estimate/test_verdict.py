@@ -4,7 +4,6 @@ and the largest micro-batch that fits."""
 from __future__ import annotations
 
 import json
-import statistics
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,14 +26,18 @@ RECORDS = Path(__file__).resolve().parents[1] / "data" / "published_llm.yaml"
 LLAMA7B = {"kind": "transformer", "model": "llama-2-7b", "seq_len": 2048, "micro_batch": 1, "steps": 10}
 
 
-def test_the_analytic_band_is_the_measured_error_on_published_records() -> None:
-    """The band is not invented: it is the median |error| of the analytic peak over every published record with a
-    measured peak (the held-out ones excluded), as benchmarks/validate_published.py prints it."""
-    records = yaml.safe_load(RECORDS.read_text()) + yaml.safe_load(RECORDS.with_name("published_stacks.yaml").read_text())
-    errors = memory_errors(records, heldout=False)
-    assert len(errors.all) >= 40
-    assert errors.median == pytest.approx(statistics.median(errors.all))
-    assert get_catalog().assumption("memory_error_band_analytic") == pytest.approx(errors.median, abs=0.005)
+def test_the_analytic_band_is_the_out_of_sample_error_on_published_records() -> None:
+    """The band is not invented: it is the 80th percentile of |error| of the analytic peak over the frozen sets of
+    published runs the formulas were not built from (issue 22), as benchmarks/validate_published.py prints it."""
+    frozen = [r for name in ("published_heldout.yaml", "published_heldout2.yaml")
+              for r in yaml.safe_load(RECORDS.with_name(name).read_text())]  # fmt: skip
+    errors = memory_errors(frozen)
+    assert len(errors.all) >= 30
+    assert errors.quantile(0.8) == pytest.approx(sorted(errors.all)[int(0.8 * (len(errors.all) - 1))], abs=0.02)
+    assert get_catalog().assumption("memory_error_band_analytic") == pytest.approx(errors.quantile(0.8), abs=0.005)
+    # wider than the in-sample median: the records that shaped the formulas understate the error
+    in_sample = memory_errors(yaml.safe_load(RECORDS.read_text()) + yaml.safe_load(RECORDS.with_name("published_stacks.yaml").read_text()))
+    assert in_sample.median < errors.quantile(0.8)
 
 
 def test_allocated_reserved_and_context_add_up_to_the_peak() -> None:

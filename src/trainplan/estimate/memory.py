@@ -277,6 +277,7 @@ def layer_activation_bytes(
     attention_output_copy: bool = False,
     fused_kernels: FusedKernels = FusedKernels.NONE,
     down_proj_keeps_input: bool = True,
+    gelu_python: bool = False,
 ) -> float:
     """Activation bytes one transformer block keeps for backward (Korthikanti et al. 2022, eq. 1, term by term).
 
@@ -307,6 +308,10 @@ def layer_activation_bytes(
     recomputes SiLU in backward, and ``down_proj`` keeps the product only to form its weight's (or its LoRA
     adapter's) gradient (``down_proj_keeps_input``); Unsloth's LoRA MLP (``LoRA_MLP`` in
     ``unsloth/kernels/fast_lora.py``) keeps the gate and up outputs and recomputes the product: 2e·f.
+    ``gelu_python``: transformers' ``NewGELUActivation`` (``gelu_new``: GPT-2, GPT-J) is the Python expression
+    ``0.5 * x * (1 + tanh(c * (x + 0.044715 * pow(x, 3))))``; autograd keeps ``x`` (for ``pow``), the ``tanh``
+    output, ``0.5 * x`` and ``1 + tanh`` (both operands of the last product, ``derivatives.yaml`` ``mul``), and the
+    output projection keeps the result: 5e·f where a fused GELU keeps 2e·f.
     ``attention_output_copy``: PyTorch's fused SDPA kernel keeps its own output
     ``(B, H, S, D)`` for backward, and the output projection keeps the
     contiguous ``(B, S, H·D)`` copy that ``transpose(1, 2).contiguous()`` (or
@@ -330,6 +335,8 @@ def layer_activation_bytes(
         if dropout:  # the mask, and the dropout output (under autocast its 16-bit cast replaces the one above)
             core += heads * seq_len * (1 + (0 if fp32_softmax else e))
     intermediates = (2 if mlp == "swiglu" else 1) if compiled else (4 if mlp == "swiglu" else 2)
+    if gelu_python and mlp == "gelu" and not compiled:
+        intermediates = 5
     if fused and mlp == "swiglu" and not compiled:
         keeps_product = fused_kernels is FusedKernels.LIGER and down_proj_keeps_input
         intermediates = 3 if keeps_product else 2

@@ -12,6 +12,7 @@ peak memory and the fit / no-fit verdict.  Used by the golden tests and by
 
 from __future__ import annotations
 
+import re
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -65,6 +66,33 @@ def record_stack(rec: dict[str, Any]) -> str:
     return str(rec.get("stack") or STACK_BY_SOURCE.get(str(rec["id"]).split("-")[0], "plain"))
 
 
+# transformers v4.36.0 (December 2023) made PyTorch SDPA the default attention of the models it covers; before it,
+# every Hugging Face model computed attention eagerly (the s x s scores kept for backward)
+_SDPA_SINCE = (4, 36)
+_TRANSFORMERS_VERSION = re.compile(r"transformers[ =v]*([0-9]+)\.([0-9]+)", re.IGNORECASE)
+_SDPA_DATE = (2023, 12)
+_MONTHS = {m: i + 1 for i, m in enumerate(("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"))}
+_MONTH_YEAR = re.compile(r"\b(jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?,? (20[0-9][0-9])\b", re.IGNORECASE)
+_HUGGING_FACE = re.compile(r"\b(transformers|HF|Hugging Face)\b", re.IGNORECASE)
+
+
+def record_flash_attention(rec: dict[str, Any]) -> bool | None:
+    """The record's attention: as it states; else eager when it names a transformers release before SDPA (or, naming
+    none, a Hugging Face framework dated before that release); else None (the job's default, SDPA)."""
+    if rec.get("flash_attention") is not None:
+        return bool(rec["flash_attention"])
+    text = f"{rec.get('framework', '')} {rec.get('notes', '')}"
+    versions = [(int(a), int(b)) for a, b in _TRANSFORMERS_VERSION.findall(text)]
+    if versions:
+        return False if max(versions) < _SDPA_SINCE else None
+    # no release named: the date the framework line gives, for a Hugging Face model
+    framework = str(rec.get("framework", ""))
+    dates = [(int(y), _MONTHS[m[:3].lower()]) for m, y in _MONTH_YEAR.findall(framework)]
+    if dates and _HUGGING_FACE.search(framework) and max(dates) < _SDPA_DATE:
+        return False
+    return None
+
+
 def record_to_job(rec: dict[str, Any]) -> TransformerJob | None:
     """The job a published record describes, or None if trainplan does not model it (fp8, tensor parallel)."""
     if rec.get("precision", "bf16") not in SUPPORTED_PRECISIONS:
@@ -89,8 +117,9 @@ def record_to_job(rec: dict[str, Any]) -> TransformerJob | None:
         data["knobs"] = knobs
     if rec.get("global_batch"):
         data["global_batch"] = rec["global_batch"]
-    if rec.get("flash_attention") is not None:
-        data["flash_attention"] = rec["flash_attention"]
+    flash = record_flash_attention(rec)
+    if flash is not None:
+        data["flash_attention"] = flash
     if rec.get("lora"):
         data["lora"] = rec["lora"]
     try:

@@ -94,9 +94,16 @@ def resolve_transformer(job: TransformerJob, catalog: Catalog | None = None) -> 
     return TransformerModel(arch, counts, trainable, frozen_bytes, fp32_bytes, adapters, trainable_matmul, ada)
 
 
-def _flash(job: TransformerJob) -> bool:
-    # "auto": PyTorch's scaled_dot_product_attention picks a fused kernel (flash or
-    # memory-efficient) on every CUDA GPU, so no s² tensor is kept.
+def _flash(job: TransformerJob, arch: ModelArch) -> bool:
+    """Whether attention runs a fused kernel (no s² tensor kept).
+
+    "auto": PyTorch's scaled_dot_product_attention picks a fused kernel (flash or memory-efficient) on every CUDA
+    GPU — except where the Hugging Face model has no SDPA path: the ALiBi families (BLOOM, MPT) add their bias to
+    eagerly computed scores (transformers ``BloomPreTrainedModel`` / ``MptPreTrainedModel``: ``_supports_sdpa =
+    False``, v5.25.0).  llm-foundry's MPT runs its own flash / triton attention.
+    """
+    if job.flash_attention is FlashAttention.AUTO and arch.position == "alibi" and job.stack is not Stack.LLM_FOUNDRY:
+        return False
     return job.flash_attention is not FlashAttention.FALSE
 
 
@@ -133,7 +140,7 @@ def _layer_bytes(job: TransformerJob, arch: ModelArch, k: Knobs, ffn_hidden: int
         mlp=arch.mlp,
         norm=arch.norm,
         precision=job.precision,
-        flash_attention=_flash(job),
+        flash_attention=_flash(job, arch),
         checkpointing=job.activation_checkpointing,
         compiled=k.compile,
         dropout=arch.dropout > 0,
@@ -141,6 +148,7 @@ def _layer_bytes(job: TransformerJob, arch: ModelArch, k: Knobs, ffn_hidden: int
         autocast_softmax=job.precision.mixed,
         attention_output_copy=_attention_output_copy(job, arch, k),
         fused_kernels=k.fused_kernels,
+        gelu_python=arch.gelu_python,
         down_proj_keeps_input=job.lora_spec is None or "down_proj" in arch_mod.lora_targets(arch, job.lora_spec),
     ) + job.seq_len * job.micro_batch * (mla_latent_bytes_per_token(arch, job.precision) + block_norm_extra_bytes_per_token(
         arch, job.precision, trainable=job.lora_spec is None))
@@ -282,7 +290,7 @@ def transformer_profile(job: TransformerJob, catalog: Catalog | None = None, *, 
         attn_dim=attention_flops_width(arch, job.seq_len),
         checkpointing=job.activation_checkpointing,
         lm_head_params=arch.vocab * arch.hidden if arch.has_lm_head else 0,
-        causal_fused_attention=_flash(job) and arch.arch == "decoder",
+        causal_fused_attention=_flash(job, arch) and arch.arch == "decoder",
         block_bytes_per_token=memory_bound_bytes_per_token(arch, job.precision),
     )
     # AMP autocast caches a 16-bit copy of every fp32 matmul weight it casts (torch.amp docs); frozen
