@@ -245,6 +245,9 @@ def test_plan_json_shape(capsys) -> None:
     assert costs == sorted(costs)
     assert [o["rank"] for o in out["options"]] == list(range(1, len(costs) + 1))
     assert out["options"][0]["pareto"] is True  # the cheapest is always on the front
+    # workstations the job does not list in constraints.owned: listed apart, fitting, unranked
+    assert out["unowned"] and all(u["fits"] and "rank" not in u for u in out["unowned"])
+    assert all(o["cloud"] != "local" for o in out["options"]) and all(u["cloud"] == "local" for u in out["unowned"])
 
 
 def test_plan_json_rejects_ddp_on_80gb_gpus_with_an_explanation(capsys) -> None:

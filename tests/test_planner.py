@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from trainplan import InfeasibleError, Objective, get_catalog, load_catalog, load_job, parse_job, plan_job
+from trainplan.errors import SpecError
 from trainplan.catalog import DATA_DIR, CloudTerms, find_accelerator
 from trainplan.estimate.memory import GIB, MemoryBreakdown
 from trainplan.estimate.result import Estimate, Hardware, Rejection, RejectKind, billed_seconds
@@ -258,9 +259,12 @@ def test_plan_job_tabular_on_random_catalogs(seed: int) -> None:
     # brute force: every instance the constraints allow, estimated one by one
     allowed = [i for i in cat.instances if i.cloud in clouds and i.accelerator_count <= job.constraints.max_gpus]
     brute = [estimate_tabular(job, hardware_for_instance(i, cat), cat) for i in allowed]
-    fitting = [e for e in brute if e.fits]
+    # owned hardware the job does not list is kept apart, never ranked against rentals
+    owned = [e for e in brute if e.fits and e.hardware.instance.cloud == "local"]
+    fitting = [e for e in brute if e.fits and e.hardware.instance.cloud != "local"]
     assert sorted(e.hardware.label for e in plan.options) == sorted(e.hardware.label for e in fitting)
-    assert len(plan.options) + len(plan.rejected) == len(allowed)
+    assert sorted(e.hardware.label for e in plan.unowned) == sorted(e.hardware.label for e in owned)
+    assert len(plan.options) + len(plan.rejected) + len(plan.unowned) == len(allowed)
     if fitting:
         assert plan.best.cost_usd == pytest.approx(min(e.cost_usd for e in fitting))
     costs = [e.cost_usd for e in plan.options]
@@ -287,11 +291,14 @@ def test_plan_job_transformer_single_node_options_match_brute_force(seed: int) -
     # and the CPUs of each owned machine, one process on every core (planner/candidates.py, estimate/cpu.py)
     brute += [estimate_transformer(job, hardware_for_instance_cpus(i, cat), Strategy.SINGLE, cat)
               for i in cat.instances if i.cloud == "local"]  # fmt: skip
-    brute_fit = {(e.hardware.label, e.strategy) for e in brute if e.fits}
+    # owned machines the job does not list (constraints.owned) fit, but are kept apart from the ranking
+    brute_fit = {(e.hardware.label, e.strategy) for e in brute if e.fits and e.hardware.instance.cloud != "local"}
+    brute_owned = {(e.hardware.label, e.strategy) for e in brute if e.fits and e.hardware.instance.cloud == "local"}
     planned_single_node = {(e.hardware.label, e.strategy) for e in plan.options if e.hardware.layout.nodes == 1}
     assert planned_single_node == brute_fit
+    assert {(e.hardware.label, e.strategy) for e in plan.unowned} == brute_owned
     key = _oracle_key(objective)
-    best_brute = min((e for e in brute if e.fits), key=key, default=None)
+    best_brute = min((e for e in brute if e.fits and e.hardware.instance.cloud != "local"), key=key, default=None)
     if best_brute is not None:  # more nodes may only do better, never worse (ties as the planner rounds them)
         assert rank_key(objective)(plan.best) <= rank_key(objective)(best_brute)
     assert [rank_key(objective)(e) for e in plan.options] == sorted(rank_key(objective)(e) for e in plan.options)
@@ -451,7 +458,8 @@ def test_deadline_rejects_slow_options_with_reasons(ref_plan) -> None:
     assert plan.options and all(e.hours <= deadline for e in plan.options)
     late = [e for e in plan.rejected if e.reason.startswith("takes")]
     assert late and all(e.hours > deadline and f"deadline {deadline:g} h" in e.reason for e in late)
-    assert len(plan.options) + len(late) == len(ref_plan.options)
+    rented_late = [e for e in late if e.hardware.instance.cloud != "local"]  # unowned workstations are not ranked
+    assert len(plan.options) + len(rented_late) == len(ref_plan.options)
 
 
 def test_budget_rejects_expensive_options_with_reasons(ref_plan) -> None:
@@ -514,3 +522,33 @@ def test_fp16_and_fp32_jobs_can_be_planned(precision: str) -> None:
     assert tpu
     if precision == "fp16":
         assert all(not e.fits and "fp16" in e.reason for e in tpu)
+
+
+# ----------------------------------------------------------------------------- owned vs rented (issue 19)
+
+
+def test_owned_hardware_is_ranked_only_when_the_job_says_the_user_has_it(ref_plan) -> None:
+    assert ref_plan.options and not any(e.hardware.label.startswith("local:") for e in ref_plan.options)
+    assert ref_plan.unowned and all(e.hardware.label.startswith("local:") for e in ref_plan.unowned)
+    mine = plan_job(_reference_with(constraints={"owned": ["local:workstation-rtx4090-x2"]}))
+    ranked = {e.hardware.label for e in mine.options if e.hardware.label.startswith("local:")}
+    assert ranked == {"local:workstation-rtx4090-x2"}
+    assert "local:workstation-rtx4090-x2" not in {e.hardware.label for e in mine.unowned}
+    # the box the user has now competes on its amortised cost; it was cheaper than most rentals all along
+    rank_of = next(i for i, e in enumerate(mine.options) if e.hardware.label == "local:workstation-rtx4090-x2")
+    assert rank_of < len(mine.options) // 10
+
+
+def test_an_unknown_owned_machine_is_one_clear_error() -> None:
+    with pytest.raises(SpecError, match=r"'workstation-rtx4090-x3' is not a local instance.*did you mean 'local:workstation-rtx4090-x2'") as exc:
+        plan_job(_reference_with(constraints={"owned": ["local:workstation-rtx4090-x3"]}))
+    assert exc.value.field == "constraints.owned"
+    with pytest.raises(SpecError, match="not owned hardware"):
+        _reference_with(constraints={"owned": ["aws:p4d.24xlarge"]})
+
+
+def test_a_plan_only_owned_hardware_could_run_says_so() -> None:
+    job = _reference_with(constraints={"clouds": ["local"]})
+    with pytest.raises(InfeasibleError, match="add it to constraints.owned") as exc:
+        require_options(plan_job(job), job)
+    assert exc.value.field == "constraints.owned"

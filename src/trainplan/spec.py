@@ -228,6 +228,20 @@ class Constraints(BaseModel):
     clouds: tuple[Cloud, ...] = (Cloud.AWS, Cloud.GCP, Cloud.AZURE, Cloud.LOCAL)
     max_gpus: PositiveInt = 64
     spot: bool = False
+    # owned hardware the job may run on (local instances: "local:workstation-rtx4090-x2"); the others are listed
+    # apart, never ranked against rentals (this machine, once probed, counts as owned)
+    owned: tuple[str, ...] = ()
+
+    @field_validator("owned")
+    @classmethod
+    def _local_names(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        names = []
+        for name in v:
+            bare = name.strip().removeprefix("local:")
+            if not bare or ":" in bare:
+                raise ValueError(f"{name!r} is not owned hardware; name a local instance, e.g. local:workstation-rtx4090-x2")
+            names.append(bare)
+        return tuple(names)
 
     @field_validator("clouds")
     @classmethod

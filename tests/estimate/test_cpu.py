@@ -283,8 +283,9 @@ def test_a_plan_with_a_probe_here_prices_this_machine_s_cores_as_measured(models
     assert len(here) == 1 and here[0].fits and here[0].hardware.cpu.measured
     assert here[0].hardware.cpu.rate("fp32") == pytest.approx(0.1e12)
     assert any("measured by trainplan probe" in n for n in here[0].notes)
-    # the workstations' CPUs are options too
-    assert any(e.hardware.label.endswith(" CPUs") for e in plan.options)
+    # this machine is owned (it was probed) and ranked; the workstations' CPUs fit too, listed apart unless owned
+    assert any(e is here[0] for e in plan.options)
+    assert any(e.hardware.label.endswith(" CPUs") for e in plan.unowned)
 
 
 # ----------------------------------------------------------------------------- this machine, measured

@@ -17,7 +17,7 @@ from trainplan.planner.core import Objective, Plan, plan_job, require_options
 from trainplan.planner.fit import Profiles, micro_batch_fit
 from trainplan.planner.this_machine import measured_rate_lookup
 from trainplan.spec import Job, TabularJob
-from trainplan.cli.tables import plan_table, rejected_table, tradeoff_text
+from trainplan.cli.tables import plan_table, rejected_table, tradeoff_text, unowned_text
 
 
 def _fit(job: Job, e: Estimate, catalog: Catalog, plan: Plan, profiles: Profiles) -> dict[str, object]:
@@ -52,10 +52,14 @@ def plan_command(
             "options": [dict(e.to_dict(), rank=i + 1, pareto=i in plan.pareto, borderline=e.borderline,
                              **_fit(job, e, catalog, plan, profiles)) for i, e in enumerate(plan.options)],
             "rejected": [e.to_dict() for e in plan.rejected],
+            # owned hardware the job does not list in constraints.owned: fits, not ranked
+            "unowned": [dict(e.to_dict(), borderline=e.borderline) for e in plan.unowned],
         }))  # fmt: skip
         return
     console = Console(width=None if Console().is_terminal else (160 if wide else 80))
     console.print(plan_table(plan, top=top, title=f"{job.name}: {len(plan.options)} options fit, ranked by {plan.objective.value}",
                              wide=wide, all_strategies=all_strategies))  # fmt: skip
     console.print(tradeoff_text(plan))
+    if plan.unowned:
+        console.print(unowned_text(plan, top=3))
     console.print(rejected_table(plan.rejected[:top], total=len(plan.rejected)))

@@ -153,6 +153,15 @@ def tradeoff_text(plan: Plan) -> Text:
     return lines
 
 
+def unowned_text(plan: Plan, *, top: int = 3) -> Text:
+    """Owned hardware the job does not say the user has: it would fit, at the amortised cost of owning it."""
+    lines = Text(f"Not ranked: {len(plan.unowned)} options on owned hardware the job does not list in constraints.owned "
+                 "(hardware to buy; add it there if you have it):", style="bold")  # fmt: skip
+    for e in plan.unowned[:top]:
+        lines.append(f"\n  {e.hardware.label} {e.strategy}  {_hours(e.hours)}  {_money(e.cost_usd)} amortised")
+    return lines
+
+
 def estimate_panel(e: Estimate) -> Group:
     """One option in detail."""
     m = e.memory

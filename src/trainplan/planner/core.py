@@ -6,6 +6,7 @@ cost every candidate, then choose).
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Callable, Iterable, Mapping, Sequence
@@ -20,6 +21,7 @@ from trainplan.estimate.result import Estimate, Rejection, RejectKind
 from trainplan.estimate.tabular import estimate_tabular
 from trainplan.estimate.transformer import transformer_profile
 from trainplan.planner.candidates import candidates
+from trainplan.planner.this_machine import THIS_MACHINE
 from trainplan.spec import Checkpointing, Job, KerasJob, Method, ScriptJob, TabularJob, TorchJob, TransformerJob
 from trainplan.strategies import Strategy, strategies_for
 
@@ -41,6 +43,8 @@ class Plan:
     rejected: tuple[Estimate, ...]  # each with .reason
     pareto: frozenset[int]  # indices into options on the time/cost front
     warnings: tuple[str, ...] = ()  # what a user must know before taking the ranking (a borderline best option)
+    # owned hardware the job does not say the user has (constraints.owned): it fits, but is listed apart, unranked
+    unowned: tuple[Estimate, ...] = ()
     profile: StepProfile | None = field(default=None, compare=False)  # the neural job's step profile, made once
 
     @property
@@ -173,10 +177,27 @@ def pareto_front(options: Sequence[Estimate]) -> frozenset[int]:
     return frozenset(front)
 
 
+def is_owned_hardware(e: Estimate) -> bool:
+    """Owned rather than rented: a local instance (a workstation, this machine)."""
+    return e.hardware.instance is not None and e.hardware.instance.cloud == "local"
+
+
+def user_has(e: Estimate, job: Job) -> bool:
+    """Whether the job says the user has this owned hardware (constraints.owned; a probed machine is theirs)."""
+    inst = e.hardware.instance
+    return inst is not None and (inst.name == THIS_MACHINE or inst.name in job.constraints.owned)
+
+
 def rank(estimates: Iterable[Estimate], job: Job, objective: Objective) -> Plan:
-    """Split into feasible and rejected (constraints applied), rank the feasible."""
+    """Split into feasible and rejected (constraints applied), rank the feasible.
+
+    Owned hardware competes with rentals only when the job says the user has it (``constraints.owned``, or this
+    machine after a probe): an amortised price for a box the user would first have to buy is not a rental price,
+    so those options are kept apart (``Plan.unowned``), in the same order, and never ranked.
+    """
     ok: list[Estimate] = []
     rejected: list[Estimate] = []
+    unowned: list[Estimate] = []
     for e in estimates:
         if not e.fits:
             rejected.append(e)
@@ -184,9 +205,12 @@ def rank(estimates: Iterable[Estimate], job: Job, objective: Objective) -> Plan:
         why = constraint_reason(e, job)
         if why:
             rejected.append(replace(e, rejection=why))
+        elif is_owned_hardware(e) and not user_has(e, job):
+            unowned.append(e)
         else:
             ok.append(e)
     ok.sort(key=rank_key(objective))
+    unowned.sort(key=rank_key(objective))
     # Rejections on the hardware of the best options first (why not DDP on the recommended
     # node?), then memory rejections closest to fitting, then the rest.
     top_hw = [e.hardware.label for e in ok[:3]]
@@ -205,7 +229,18 @@ def rank(estimates: Iterable[Estimate], job: Job, objective: Objective) -> Plan:
         alt = f"; the best option with a safe margin is #{safe + 1} ({ok[safe].hardware.label}, {ok[safe].strategy})" if safe is not None else ""
         warnings.append(f"the top option ({ok[0].hardware.label}, {ok[0].strategy}) is {ok[0].memory_verdict()}{alt}")
     return Plan(objective=objective, options=tuple(ok), rejected=tuple(rejected), pareto=pareto_front(ok),
-                warnings=tuple(warnings))  # fmt: skip
+                warnings=tuple(warnings), unowned=tuple(unowned))  # fmt: skip
+
+
+def check_owned(job: Job, catalog: Catalog) -> None:
+    """Every name in ``constraints.owned`` is a local instance of the catalog (or this machine)."""
+    local = sorted(i.name for i in catalog.instances if i.cloud == "local")
+    for name in job.constraints.owned:
+        if name != THIS_MACHINE and name not in local:
+            close = difflib.get_close_matches(name, local, n=1)
+            hint = f" (did you mean 'local:{close[0]}'?)" if close else ""
+            raise SpecError(f"{name!r} is not a local instance of the catalog{hint}; owned hardware: "
+                            f"{', '.join('local:' + n for n in [*local, THIS_MACHINE])}", field="constraints.owned")
 
 
 def require_model(job: Job) -> None:
@@ -232,6 +267,7 @@ def plan_job(
     """
     require_model(job)
     cat = catalog or get_catalog()
+    check_owned(job, cat)
     obj = Objective(objective)
     profile = None if isinstance(job, TabularJob) else job_profile(job, cat, trace=trace)
     est = make_estimator(job, cat, efficiency_for=efficiency_for, profile=profile, regions=regions)
@@ -247,6 +283,13 @@ def require_options(plan: Plan, job: Job) -> Plan:
     if plan.options:
         return plan
     c = job.constraints
+    if plan.unowned:
+        best = plan.unowned[0]
+        raise InfeasibleError(
+            f"nothing the job can use fits; owned hardware it does not list would ({best.hardware.label}, {best.strategy}, "
+            f"{best.hours:.1f} h) — add it to constraints.owned if you have it",
+            field="constraints.owned",
+        )
     constraint_kinds = (RejectKind.DEADLINE, RejectKind.BUDGET)
     fitting = [e for e in plan.rejected if e.rejection and e.rejection.kind in constraint_kinds]
     if fitting and c.deadline_hours is not None and all(e.rejection.kind is RejectKind.DEADLINE for e in fitting):  # type: ignore[union-attr]
