@@ -9,3 +9,4 @@ import pytest
 @pytest.fixture(autouse=True)
 def _isolated_trainplan_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRAINPLAN_HOME", str(tmp_path_factory.mktemp("trainplan_home")))
+    monkeypatch.delenv("TRAINPLAN_CATALOG", raising=False)  # no user catalog unless a test makes one

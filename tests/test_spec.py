@@ -43,7 +43,12 @@ def test_old_example_job_files_still_parse(name: str) -> None:
 
 @pytest.mark.parametrize("name", OLD_EXAMPLES)
 def test_fixture_copies_parse_like_the_shipped_examples(name: str) -> None:
-    assert load_job(FIXTURES / name) == load_job(EXAMPLES / name)
+    old, shipped = load_job(FIXTURES / name), load_job(EXAMPLES / name)
+    if name == "llama7b-sft.yaml":
+        # the shipped reference job no longer lists the four built-in clouds: every cloud of the catalog (issue 19)
+        assert old.constraints.clouds == ("aws", "gcp", "azure", "local") and shipped.constraints.clouds is None
+        old = old.model_copy(update={"constraints": old.constraints.model_copy(update={"clouds": None})})
+    assert old == shipped
 
 
 def test_reference_job_values() -> None:
@@ -74,7 +79,7 @@ def test_fixture_with_every_tabular_field() -> None:
     assert isinstance(job, TabularJob)
     assert job.depth == 8  # log2(255 leaves) rounded up
     assert job.cv_folds == 5 and job.classes == 4
-    assert [c.value for c in job.constraints.clouds] == ["aws", "gcp"]
+    assert list(job.constraints.clouds) == ["aws", "gcp"]
 
 
 def test_fixture_torch_job() -> None:
@@ -251,7 +256,7 @@ def test_global_batch_not_a_multiple_of_micro_batch() -> None:
         ({"deadline_hours": 0}, "constraints.deadline_hours", "must be > 0"),
         ({"deadline_hours": -1}, "constraints.deadline_hours", "must be > 0"),
         ({"budget_usd": -5}, "constraints.budget_usd", "must be > 0"),
-        ({"clouds": ["ibm"]}, "constraints.clouds.0", "'ibm'"),
+        ({"clouds": ["ibm cloud!"]}, "constraints.clouds", "not a cloud name"),  # a name unknown to the catalog: plan
         ({"clouds": []}, "constraints.clouds", "at least one cloud"),
         ({"max_gpus": 0}, "constraints.max_gpus", "must be > 0"),
     ],

@@ -225,7 +225,8 @@ class Constraints(BaseModel):
     model_config = _STRICT
     deadline_hours: PositiveFloat | None = None
     budget_usd: PositiveFloat | None = None
-    clouds: tuple[Cloud, ...] = (Cloud.AWS, Cloud.GCP, Cloud.AZURE, Cloud.LOCAL)
+    # None: every cloud of the catalog (aws, gcp, azure, local, and the clouds a user's catalog adds)
+    clouds: tuple[str, ...] | None = None
     max_gpus: PositiveInt = 64
     spot: bool = False
     # owned hardware the job may run on (local instances: "local:workstation-rtx4090-x2"); the others are listed
@@ -245,10 +246,20 @@ class Constraints(BaseModel):
 
     @field_validator("clouds")
     @classmethod
-    def _non_empty(cls, v: tuple[Cloud, ...]) -> tuple[Cloud, ...]:
+    def _cloud_names(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if v is None:
+            return None
         if not v:
-            raise ValueError("at least one cloud is needed (aws, gcp, azure, local)")
-        return v
+            raise ValueError("at least one cloud is needed (aws, gcp, azure, local, or a cloud of your catalog)")
+        names = tuple(str(c).strip().lower() for c in v)
+        bad = [c for c in names if not re.fullmatch(r"[a-z0-9][a-z0-9_-]*", c)]
+        if bad:
+            raise ValueError(f"{bad[0]!r} is not a cloud name (letters, digits, - and _)")
+        return names
+
+    def allows(self, cloud: str) -> bool:
+        """Whether an instance of ``cloud`` may be used."""
+        return self.clouds is None or cloud in self.clouds
 
 
 class InputSpec(BaseModel):

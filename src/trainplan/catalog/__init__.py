@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -21,9 +22,11 @@ from trainplan.catalog.loader import (
     CatalogIssue,
     CloudTerms,
     Instance,
+    apply_overlay,
     load_catalog,
 )
 from trainplan.errors import CatalogError, SpecError
+from trainplan.files import trainplan_home
 from trainplan.hfconfig import arch_from_hf_config
 from trainplan.model import ModelArch
 
@@ -38,14 +41,44 @@ __all__ = [
     "find_instance",
     "get_catalog",
     "load_catalog",
+    "CATALOG_ENV",
+    "user_catalog_dir",
     "resolve_model",
 ]
 
 
+CATALOG_ENV = "TRAINPLAN_CATALOG"
+
+
+def user_catalog_dir() -> Path | None:
+    """The user's catalog directory: ``$TRAINPLAN_CATALOG`` (set by ``--catalog DIR``), else
+    ``$TRAINPLAN_HOME/catalog`` when it exists; None when there is none."""
+    env = os.environ.get(CATALOG_ENV)
+    if env:
+        return Path(env).expanduser()
+    default = trainplan_home() / "catalog"
+    return default if default.is_dir() else None
+
+
 @lru_cache(maxsize=1)
-def get_catalog() -> Catalog:
-    """The built-in catalog, loaded and validated once."""
+def builtin_catalog() -> Catalog:
+    """The catalog shipped with trainplan, loaded and validated once."""
     return load_catalog(DATA_DIR)
+
+
+@lru_cache(maxsize=8)
+def _with_overlay(directory: str, stamp: tuple[tuple[str, int, int], ...]) -> Catalog:
+    return apply_overlay(builtin_catalog(), directory)
+
+
+def get_catalog() -> Catalog:
+    """The built-in catalog with the user's own rows (:func:`user_catalog_dir`) added or overriding."""
+    d = user_catalog_dir()
+    if d is None:
+        return builtin_catalog()
+    # re-read when a file of the directory changes (its name, size and modification time)
+    stamp = tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(d.glob("*.csv"))) if d.is_dir() else ()
+    return _with_overlay(str(d), stamp)
 
 
 def _norm(name: str) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import csv
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -169,6 +169,13 @@ class Catalog:
     grid: dict[tuple[str, str], GridIntensity] = field(default_factory=dict)  # (cloud, region) -> grid_intensity.csv row
     datacenters: dict[str, DataCenter] = field(default_factory=dict)  # cloud -> datacenters.csv row
     cpus: dict[str, Cpu] = field(default_factory=dict)  # cpu_model -> cpus.csv row (estimate/cpu.py)
+    # where a row of the user's catalog came from: ("accelerator", id) / ("instance", "cloud:name") / ("cloud", name)
+    # -> the file; rows not in it are built-in
+    origins: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def origin(self, kind: str, key: str) -> str:
+        """"built-in", or the user's file that added or overrode the row."""
+        return self.origins.get((kind, key), "built-in")
 
     def assumption(self, key: str) -> float:
         """A documented default (efficiency, overhead) by key; see assumptions.yaml."""
@@ -293,8 +300,8 @@ def _instance_builder(accelerators: dict[str, Accelerator]) -> Callable[[dict[st
             raise _RowError("price_usd_per_h", "missing on-demand price")
         if price in PLACEHOLDER_PRICES_USD_PER_H:
             raise _RowError("price_usd_per_h", f"{price:g} is a known placeholder, not a price")
-        if price <= 0 and cloud != "local":
-            raise _RowError("price_usd_per_h", "must be > 0 for a cloud instance")
+        if price < 0 or (price == 0 and cloud != "local"):
+            raise _RowError("price_usd_per_h", f"{price:g} is not a price (> 0 for a cloud instance, >= 0 owned)")
         spot = _opt_float(row, "spot_price_usd_per_h")
         if spot is not None and spot in PLACEHOLDER_PRICES_USD_PER_H:
             raise _RowError("spot_price_usd_per_h", f"{spot:g} is a known placeholder, not a price")
@@ -490,3 +497,59 @@ def load_catalog(data_dir: Path | str = DATA_DIR) -> Catalog:
         datacenters={c.cloud: c for c in centers},
         cpus={c.model: c for c in cpus},
     )
+
+
+# ----------------------------------------------------------------------------- the user's catalog
+
+OVERLAY_FILES = ("accelerators.csv", "instances.csv", "clouds.csv")
+
+
+def apply_overlay(base: Catalog, directory: Path | str) -> Catalog:
+    """``base`` with the rows of a user's catalog directory added or overriding (same columns as the built-in files).
+
+    Keys: an accelerator's id, an instance's (cloud, name), a cloud's name; a user row with the same key replaces
+    the built-in one.  Unlike the built-in files (whose bad rows are reported as issues), any bad row here is an
+    error naming the file, the line and the column; nothing is half-applied.
+    """
+    from trainplan.errors import CatalogError
+
+    d = Path(directory)
+    if not d.is_dir():
+        raise CatalogError(f"catalog directory {d} does not exist (or is not a directory)", field="--catalog")
+    unknown = sorted(p.name for p in d.iterdir() if p.suffix == ".csv" and p.name not in OVERLAY_FILES)
+    if unknown:
+        raise CatalogError(f"{d / unknown[0]}: not a catalog file; a user's catalog holds {', '.join(OVERLAY_FILES)}",
+                           field="--catalog")  # fmt: skip
+
+    def rows(name: str, columns: Iterable[str], build: Callable[[dict[str, str]], Any], key: Callable[[Any], Any]) -> list[Any]:
+        path = d / name
+        if not path.exists():
+            return []
+        try:
+            items, issues = _read_rows(path, columns, build, key)
+        except (UnicodeDecodeError, csv.Error) as exc:
+            raise CatalogError(f"{path}: not a CSV file ({exc})", field="--catalog") from None
+        if issues:
+            first = issues[0]
+            raise CatalogError(f"{path}:{first.line}: {first.key}: {first.message}", field="--catalog")
+        return items
+
+    origins = dict(base.origins)
+    accelerators = dict(base.accelerators)
+    for a in rows("accelerators.csv", ACCELERATOR_COLUMNS, _build_accelerator, lambda a: a.id):
+        accelerators[a.id] = a
+        origins[("accelerator", a.id)] = str(d / "accelerators.csv")
+    clouds = dict(base.clouds)
+    for c in rows("clouds.csv", CLOUD_COLUMNS, _build_cloud, lambda c: c.cloud):
+        clouds[c.cloud] = c
+        origins[("cloud", c.cloud)] = str(d / "clouds.csv")
+    instances = {(i.cloud, i.name): i for i in base.instances}
+    path = d / "instances.csv"
+    for line, inst in enumerate(rows("instances.csv", INSTANCE_COLUMNS, _instance_builder(accelerators),
+                                     lambda i: (i.cloud, i.name)), start=2):  # fmt: skip
+        if inst.cloud not in clouds:
+            raise CatalogError(f"{path}:{line}: cloud: {inst.cloud!r} has no billing terms; add a row for it to "
+                               f"{d / 'clouds.csv'} (known: {', '.join(sorted(clouds))})", field="--catalog")  # fmt: skip
+        instances[(inst.cloud, inst.name)] = inst
+        origins[("instance", f"{inst.cloud}:{inst.name}")] = str(path)
+    return replace(base, accelerators=accelerators, clouds=clouds, instances=tuple(instances.values()), origins=origins)

@@ -23,7 +23,7 @@ def catalog_command(
     what: Annotated[What, typer.Argument(help="accelerators, instances, or all.")] = What.ALL,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.", metavar="")] = False,
 ) -> None:
-    """List the built-in catalog, with the source and date of every row."""
+    """List the catalog, built-in and your own rows, with each row's source, date and origin."""
     from dataclasses import asdict
 
     from trainplan.cli.tables import catalog_tables
@@ -32,9 +32,9 @@ def catalog_command(
     if json_out:
         out: dict[str, object] = {}
         if what in (What.ALL, What.ACCELERATORS):
-            out["accelerators"] = [asdict(a) for a in cat.accelerators.values()]
+            out["accelerators"] = [dict(asdict(a), origin=cat.origin("accelerator", a.id)) for a in cat.accelerators.values()]
         if what in (What.ALL, What.INSTANCES):
-            out["instances"] = [asdict(i) for i in cat.instances]
+            out["instances"] = [dict(asdict(i), origin=cat.origin("instance", f"{i.cloud}:{i.name}")) for i in cat.instances]
         out["issues"] = [str(i) for i in cat.issues]
         typer.echo(dump_json(out))
         return

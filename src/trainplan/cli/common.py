@@ -19,8 +19,15 @@ def example_path(name: str) -> Path:
 
 
 def read_job(path: Path | None) -> Job:
-    """The job at ``path``, or the built-in reference job (LLaMA-7B full fine-tune)."""
-    return load_job(path if path is not None else example_path(REFERENCE_JOB))
+    """The job at ``path``, or the built-in reference job (LLaMA-7B full fine-tune); its clouds and owned machines
+    checked against the catalog (built-in and the user's)."""
+    from trainplan.catalog import get_catalog
+    from trainplan.planner.core import check_clouds, check_owned
+
+    job = load_job(path if path is not None else example_path(REFERENCE_JOB))
+    check_clouds(job, get_catalog())
+    check_owned(job, get_catalog())
+    return job
 
 
 def _finite(obj: Any) -> Any:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
 from typer.exceptions import TyperException
@@ -14,7 +16,8 @@ from trainplan.cli.plan import plan_command
 from trainplan.cli.probe import probe_command
 from trainplan.cli.report import report_command
 from trainplan.cli.serve import serve_command
-from trainplan.errors import TrainplanError
+from trainplan.catalog import CATALOG_ENV
+from trainplan.errors import CatalogError, TrainplanError
 
 app = typer.Typer(
     name="trainplan",
@@ -23,6 +26,21 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def _options(
+    catalog: Annotated[Optional[Path], typer.Option("--catalog", metavar="DIR",
+                       help="A directory of your own catalog rows (accelerators.csv, instances.csv, clouds.csv) that add to or "
+                            "override the built-in ones; default $TRAINPLAN_HOME/catalog when it exists.")] = None,  # fmt: skip
+) -> None:
+    """Plan a training job: hardware, parallel strategy, memory, time and cost — then run it."""
+    if catalog is not None:
+        if not catalog.is_dir():
+            raise CatalogError(f"catalog directory {catalog} does not exist (or is not a directory)", field="--catalog")
+        os.environ[CATALOG_ENV] = str(catalog.resolve())
+
+
 app.command("plan")(plan_command)
 app.command("estimate")(estimate_command)
 app.command("catalog")(catalog_command)
@@ -43,6 +61,7 @@ except ImportError:  # pragma: no cover - only while the run package is absent
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: user errors print one line to stderr and exit 2, never a traceback."""
+    before = os.environ.get(CATALOG_ENV)
     try:
         result = app(args=argv, standalone_mode=False)
     except TrainplanError as exc:
@@ -72,6 +91,11 @@ def main(argv: list[str] | None = None) -> int:
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
         typer.echo(f"error: {' '.join(str(message).split())}", err=True)
         return int(getattr(exc, "exit_code", 2) or 2)
+    finally:  # --catalog holds for this invocation only (main() may be called again in one process)
+        if before is None:
+            os.environ.pop(CATALOG_ENV, None)
+        else:
+            os.environ[CATALOG_ENV] = before
     # a command may return its exit code (e.g. `run` passes on a crashed script's code)
     return result if isinstance(result, int) else 0
 

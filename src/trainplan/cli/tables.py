@@ -234,21 +234,23 @@ def catalog_tables(catalog: Catalog, what: str) -> list[Table]:
     out = []
     if what in ("all", "accelerators"):
         t = Table(title="Accelerators", title_justify="left", header_style="bold")
-        for c in ("id", "memory GiB", "bf16 TFLOPs", "fp16 TFLOPs", "fp32 TFLOPs", "HBM GB/s", "as of"):
+        for c in ("id", "memory GiB", "bf16 TFLOPs", "fp16 TFLOPs", "fp32 TFLOPs", "HBM GB/s", "as of", "from"):
             t.add_column(c)
         for a in catalog.accelerators.values():
             f = lambda v: "-" if v is None else f"{v:g}"  # noqa: E731
-            t.add_row(a.id, f"{a.memory_gib:g}", f(a.peak_bf16_tflops), f(a.peak_fp16_tflops), f(a.peak_fp32_tflops), f"{a.mem_bandwidth_gb_s:g}", a.as_of)
+            t.add_row(a.id, f"{a.memory_gib:g}", f(a.peak_bf16_tflops), f(a.peak_fp16_tflops), f(a.peak_fp32_tflops),
+                      f"{a.mem_bandwidth_gb_s:g}", a.as_of, catalog.origin("accelerator", a.id))  # fmt: skip
         out.append(t)
     if what in ("all", "instances"):
         t = Table(title="Instances", title_justify="left", header_style="bold")
-        for c in ("cloud", "instance", "region", "vCPU", "RAM GiB", "accelerators", "link", "$/h", "spot $/h"):
+        for c in ("cloud", "instance", "region", "vCPU", "RAM GiB", "accelerators", "link", "$/h", "spot $/h", "from"):
             t.add_column(c)
         for i in catalog.instances:
             acc = f"{i.accelerator_count}×{i.accelerator}" if i.accelerator else "-"
             link = f"{i.interconnect} {i.intra_node_bw_gb_s:g} GB/s" if i.intra_node_bw_gb_s else i.interconnect
             spot = "-" if i.spot_price_usd_per_h is None else f"{i.spot_price_usd_per_h:.3f}"
-            t.add_row(i.cloud, i.name, i.region, str(i.vcpus), f"{i.ram_gib:g}", acc, link, f"{i.price_usd_per_h:.3f}", spot)
+            t.add_row(i.cloud, i.name, i.region, str(i.vcpus), f"{i.ram_gib:g}", acc, link, f"{i.price_usd_per_h:.3f}", spot,
+                      catalog.origin("instance", f"{i.cloud}:{i.name}"))  # fmt: skip
         out.append(t)
     return out
 

@@ -23,7 +23,7 @@ NODE_COUNTS = (1, 2, 4, 8, 16, 32, 64)
 
 
 def _allowed(inst: Instance, c: Constraints) -> bool:
-    if inst.cloud not in {cl.value for cl in c.clouds}:
+    if not c.allows(inst.cloud):
         return False
     if c.spot and inst.spot_price_usd_per_h is None and inst.cloud != "local":
         return False

@@ -232,6 +232,17 @@ def rank(estimates: Iterable[Estimate], job: Job, objective: Objective) -> Plan:
                 warnings=tuple(warnings), unowned=tuple(unowned))  # fmt: skip
 
 
+def check_clouds(job: Job, catalog: Catalog) -> None:
+    """Every name in ``constraints.clouds`` is a cloud of the catalog (built-in or the user's)."""
+    known = sorted(catalog.clouds)
+    for name in job.constraints.clouds or ():
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise SpecError(f"{name!r} is not a cloud of the catalog{hint}; clouds: {', '.join(known)} (a user's catalog "
+                            "adds more: docs/catalog.md)", field="constraints.clouds")  # fmt: skip
+
+
 def check_owned(job: Job, catalog: Catalog) -> None:
     """Every name in ``constraints.owned`` is a local instance of the catalog (or this machine)."""
     local = sorted(i.name for i in catalog.instances if i.cloud == "local")
@@ -267,6 +278,7 @@ def plan_job(
     """
     require_model(job)
     cat = catalog or get_catalog()
+    check_clouds(job, cat)
     check_owned(job, cat)
     obj = Objective(objective)
     profile = None if isinstance(job, TabularJob) else job_profile(job, cat, trace=trace)

@@ -123,7 +123,7 @@ def this_machine_hardware(profile: HardwareProfile, catalog: Catalog) -> Hardwar
 def this_machine_candidates(job: Job, catalog: Catalog, profile: HardwareProfile | None = None) -> Iterator[tuple[Hardware, Strategy | None]]:
     """This machine's options for ``job`` when a profile made here exists and the job allows local hardware."""
     c = job.constraints
-    if "local" not in {cl.value for cl in c.clouds}:
+    if not c.allows("local"):
         return
     prof = profile or profile_for_this_machine()
     if prof is None:

@@ -58,7 +58,9 @@ def remote_run_dir(job_name: str) -> Path:
 
 
 def _clouds(plan: LaunchPlan) -> list[str]:
-    allowed = [c.value for c in plan.job.constraints.clouds if c.value != "local"]
+    from trainplan.catalog import get_catalog
+
+    allowed = [c for c in get_catalog().clouds if c != "local" and plan.job.constraints.allows(c)]
     p = plan.placement
     if p.cloud == "local":
         raise unsupported(plan, f"the option is a local machine ({p.label}); SkyPilot launches on clouds — pick a cloud option")
