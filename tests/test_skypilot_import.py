@@ -1,0 +1,88 @@
+"""`trainplan catalog import-skypilot [DIR]` (issue 19): SkyPilot's vms.csv files into the user's catalog, on fixture
+files in SkyPilot's format (tests/fixtures/skypilot/v7: the columns and row shapes of its catalogs/v7 files)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from trainplan.catalog import builtin_catalog, get_catalog
+from trainplan.cli.main import main
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "skypilot" / "v7"
+
+
+def _import(capsys, *argv: str) -> dict:
+    assert main(["catalog", "import-skypilot", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_every_row_of_the_fixture_is_imported_or_skipped_with_its_reason(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("TRAINPLAN_HOME", str(tmp_path))
+    out = _import(capsys, str(FIXTURE))
+    assert len(out["files"]) == 3 and out["target"] == str(tmp_path / "catalog")
+    rows = _rows(tmp_path / "catalog" / "instances.csv")
+    added = {(r["cloud"], r["instance"]) for r in rows}
+    assert added == {("lambda", "cpu_4x_general"), ("lambda", "gpu_8x_h100_sxm5"), ("lambda", "gpu_1x_a100_sxm4"),
+                     ("gcp", "n2-standard-8")}  # fmt: skip
+    assert out["skipped"] == {
+        "GPU A6000 has no accelerators.csv row": 1,
+        "no on-demand price": 1,  # lambda's B200 row has none
+        "no instance type (a GPU priced apart from its machine, GCP)": 2,  # a2-highgpu-1g and the bare A100 row
+        "already in the built-in catalog": 2,  # aws p5.48xlarge and g5.xlarge
+    }
+    h100 = next(r for r in rows if r["instance"] == "gpu_8x_h100_sxm5")
+    # one row per instance type, at the cheapest of its regions; SkyPilot's names mapped to trainplan's ids
+    assert (h100["price_usd_per_h"], h100["region"], h100["accelerator"], h100["accelerator_count"]) == ("23.92", "us-east-1", "H100-80GB", "8")
+    assert "cheapest of 2 region(s)" in h100["source"] and h100["interconnect"] == "nvswitch"
+    assert next(r for r in rows if r["instance"] == "gpu_1x_a100_sxm4")["accelerator"] == "A100-40GB"
+    assert out["clouds_added"] == ["lambda"]
+    cat = get_catalog()  # the written files load with every check of a user's catalog
+    assert len(cat.instances) == len(builtin_catalog().instances) + 4 == out["instances_in_catalog"]
+    assert cat.origin("instance", "lambda:gpu_8x_h100_sxm5").endswith("instances.csv")
+    # the published nanochat run paid about $24/h for 8xH100: planned at that price now, not at p5.48xlarge's
+    assert main(["plan", "--json"]) == 0
+    best = json.loads(capsys.readouterr().out)["options"][0]
+    assert (best["cloud"], best["instance"]) == ("lambda", "gpu_8x_h100_sxm5")
+
+
+def test_the_users_rows_are_never_replaced(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("TRAINPLAN_HOME", str(tmp_path))
+    mine = tmp_path / "catalog"
+    mine.mkdir()
+    header = ("cloud,instance,region,vcpus,ram_gib,accelerator,accelerator_count,interconnect,intra_node_bw_gb_s,network_gbps,"
+              "price_usd_per_h,spot_price_usd_per_h,cpu_model,source,as_of,my_note")  # fmt: skip
+    (mine / "instances.csv").write_text(f"{header}\nlambda,gpu_8x_h100_sxm5,us-east-1,208,1800,H100-80GB,8,nvswitch,450,,19.5,,,"
+                                        "our reserved price,2026-11-01,keep me\n")  # fmt: skip
+    (mine / "clouds.csv").write_text("cloud,billing_increment_s,billing_minimum_s,startup_s,source,as_of\n"
+                                     "lambda,60,600,120,our contract,2026-11-01\n")  # fmt: skip
+    out = _import(capsys, str(FIXTURE))
+    assert out["instances_kept"] == 1 and out["clouds_added"] == []
+    rows = _rows(mine / "instances.csv")
+    own = next(r for r in rows if r["instance"] == "gpu_8x_h100_sxm5")
+    assert own["price_usd_per_h"] == "19.5" and own["my_note"] == "keep me"
+    assert len(rows) == 4  # the user's row + the three other importable instances
+    assert _rows(mine / "clouds.csv")[0]["source"] == "our contract"
+
+
+def test_another_format_or_no_catalog_is_one_clear_line(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("TRAINPLAN_HOME", str(tmp_path / "home"))
+    wrong = tmp_path / "v7" / "aws"
+    wrong.mkdir(parents=True)
+    # trainplan's own instances.csv columns are not SkyPilot's
+    (wrong / "vms.csv").write_text("cloud,instance,region,price_usd_per_h\naws,p5.48xlarge,us-east-1,55.04\n")
+    assert main(["catalog", "import-skypilot", str(tmp_path / "v7")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "vms.csv:1: InstanceType: column missing; not a SkyPilot vms.csv" in err
+    assert not (tmp_path / "home" / "catalog" / "instances.csv").exists()  # nothing written
+    monkeypatch.setenv("HOME", str(tmp_path / "nohome"))
+    monkeypatch.delenv("SKYPILOT_CATALOG", raising=False)
+    assert main(["catalog", "import-skypilot"]) == 2
+    err = capsys.readouterr().err
+    assert "no SkyPilot catalog at" in err and str(tmp_path / "nohome" / ".sky" / "catalogs") in err
