@@ -181,7 +181,8 @@ def test_instance_rows_are_consistent() -> None:
 @pytest.mark.parametrize(
     ("name", "expected"),
     [("a100-80gb", "A100-80GB"), ("A100_80GB", "A100-80GB"), ("h200", "H200"), ("tpuv5e", "TPUv5e"),
-     ("rtx4090", "RTX4090"), ("H100", "H100-80GB"), ("a100-80", "A100-80GB")],
+     ("rtx4090", "RTX4090"), ("H100-80", "H100-80GB"), ("a100-80", "A100-80GB"), ("h100-nvl", "H100-NVL"),
+     ("l40s", "L40S"), ("mi300x", "MI300X")],
 )  # fmt: skip
 def test_find_accelerator_is_case_insensitive_and_takes_unique_prefixes(name: str, expected: str) -> None:
     assert find_accelerator(name).id == expected
@@ -197,9 +198,35 @@ def test_ambiguous_accelerator_lists_both() -> None:
 
 def test_unknown_accelerator_lists_close_matches() -> None:
     with pytest.raises(CatalogError) as info:
-        find_accelerator("B200")
-    assert "unknown accelerator 'B200'" in str(info.value)
-    assert "H200" in str(info.value)
+        find_accelerator("B300")
+    assert "unknown accelerator 'B300'" in str(info.value)
+    assert "B200" in str(info.value)
+    # three H100 variants now: the bare name is ambiguous and says which exist
+    with pytest.raises(CatalogError, match="H100-80GB.*H100-NVL.*H100-PCIe|H100-80GB.*H100-PCIe.*H100-NVL"):
+        find_accelerator("H100")
+
+
+def test_the_2026_rows_carry_their_sources_and_plan() -> None:
+    """B200 / H100 PCIe / H100 NVL / L40S / MI300X / MI325X (issue 19): each row cites its vendor source and date; a B200
+    node is planned and runs the reference job faster than an H100 node, by no more than its hardware ratios."""
+    from trainplan.estimate.hardware import hardware_for_instance
+    from trainplan.estimate.transformer import estimate_transformer
+    from trainplan.spec import load_job
+    from trainplan.strategies import Strategy
+
+    cat = get_catalog()
+    for acc in ("B200", "H100-PCIe", "H100-NVL", "L40S", "MI300X", "MI325X"):
+        row = cat.accelerators[acc]
+        assert row.as_of == "2026-12-04" and ("nvidia.com" in row.source or "amd.com" in row.source)
+    assert "PLANNING ONLY" in cat.accelerators["MI300X"].source  # no ROCm renders yet: said in the row
+    job = load_job(Path(__file__).resolve().parents[1] / "src" / "trainplan" / "examples" / "llama7b-sft.yaml")
+    b200 = next(i for i in cat.instances if i.name == "p6-b200.48xlarge")
+    p5 = next(i for i in cat.instances if i.name == "p5.48xlarge")
+    eb = estimate_transformer(job, hardware_for_instance(b200, cat), Strategy.ZERO2, cat)
+    eh = estimate_transformer(job, hardware_for_instance(p5, cat), Strategy.ZERO2, cat)
+    assert eb.fits and eh.fits
+    # the same efficiencies: the advantage is at most the largest of the peak, HBM and NVLink ratios, never more
+    assert 1.5 < eb.throughput / eh.throughput <= max(2250 / 989.5, 7700 / 3350, 900 / 450)
 
 
 def test_find_instance_case_insensitive_and_cloud_prefixed() -> None:

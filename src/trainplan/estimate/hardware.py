@@ -170,7 +170,8 @@ def hardware_for_gpu(acc: Accelerator, catalog: Catalog, *, gpus: int, nodes: in
     """
     rows = [i for i in catalog.instances if i.accelerator == acc.id]
     if not rows:
-        raise CatalogError(f"no instance in the catalog carries {acc.id}", field="--gpu")
+        raise CatalogError(f"no instance in the catalog carries {acc.id}; add one that does to your own catalog "
+                           "(trainplan --catalog DIR, or trainplan catalog import-skypilot: docs/catalog.md)", field="--gpu")
     big_enough = [i for i in rows if i.accelerator_count >= gpus] or rows
     ref = min(big_enough, key=lambda i: (i.accelerator_count, i.price_usd_per_h / i.accelerator_count))
     per_gpu = ref.price_usd_per_h / ref.accelerator_count
