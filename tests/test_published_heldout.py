@@ -20,21 +20,26 @@ FROZEN_SHA256 = "e69a604d19a6938c1b944b7bad9c76ea3ca8a88109b21debf7cc0db23f928ff
 # the second set: frozen after the first had been looked at once (docs/validation-sources.md, section 6)
 HELDOUT2 = HELDOUT.with_name("published_heldout2.yaml")
 FROZEN2_SHA256 = "8f41ddfee6a7d7eb979ffe98cf99eab2d1fecb6876a3507e20b8eac2f74088aa"
+# the third set: frozen after every memory change of 2026-12-04; no change may be chosen by it
+HELDOUT3 = HELDOUT.with_name("published_heldout3.yaml")
+FROZEN3_SHA256 = "3b49b42a205eef1e07bf42458c32128d2cccd1759221fe939612447334541d9a"
 IN_SAMPLE = ("published_llm.yaml", "published_stacks.yaml")
 
 
 def test_the_heldout_files_are_the_frozen_ones() -> None:
     assert hashlib.sha256(HELDOUT.read_bytes()).hexdigest() == FROZEN_SHA256
     assert hashlib.sha256(HELDOUT2.read_bytes()).hexdigest() == FROZEN2_SHA256
+    assert hashlib.sha256(HELDOUT3.read_bytes()).hexdigest() == FROZEN3_SHA256
 
 
-def test_the_second_set_is_usable_and_new() -> None:
-    first = yaml.safe_load(HELDOUT.read_text())
-    second = yaml.safe_load(HELDOUT2.read_text())
-    assert not {r["id"] for r in first} & {r["id"] for r in second}
-    for rec in second:
+def test_the_later_sets_are_usable_and_new() -> None:
+    first, second, third = (yaml.safe_load(p.read_text()) for p in (HELDOUT, HELDOUT2, HELDOUT3))
+    ids = [r["id"] for r in (*first, *second, *third)]
+    assert len(ids) == len(set(ids))
+    for rec in (*second, *third):
         assert rec["source"] and rec["notes"] and record_to_job(rec) is not None, rec["id"]
     assert sum(r["measured"].get("fits") is False for r in second) >= 3
+    assert all(r["measured"].get("peak_memory_gib") for r in third)
 
 
 def test_every_heldout_record_is_sourced_and_modellable() -> None:
