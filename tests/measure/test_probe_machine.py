@@ -106,3 +106,28 @@ def test_missing_libraries_give_notes_not_errors(monkeypatch: pytest.MonkeyPatch
     assert memory_bandwidth_gb_s(device="cuda:0").note == "device memory bandwidth needs torch"
     monkeypatch.setattr("trainplan.measure.microbench._library_installed", lambda lib: False)
     assert "not installed" in (tabular_ns_per_cell("xgboost").note or "")
+
+
+def test_the_tabular_rate_grows_its_fits_above_the_noise_and_reports_the_spread(monkeypatch) -> None:
+    """Issue 20: '2 trees 0.81 s, 8 trees 0.82 s' measured noise. The extra work grows until the extra time is
+    above min_extra_s, the pair is repeated, and the spread of the rates is kept."""
+    pytest.importorskip("xgboost")
+    from trainplan.measure import microbench
+
+    calls: list[int] = []
+    noise = iter([0.0, 0.004, -0.003, 0.002, 0.001, -0.002, 0.003, 0.0, -0.001, 0.002] * 4)
+
+    def fake_fit(library, x, y, trees, depth):  # 0.8 s of data preparation + 1 ms per tree + jitter
+        calls.append(trees)
+        return 0.8 + 0.001 * trees + next(noise)
+
+    monkeypatch.setattr(microbench, "_fit_once", fake_fit)
+    m = microbench.tabular_ns_per_cell("xgboost", shape={"rows": 1000}, repeats=3, min_extra_s=0.3)
+    # 8 -> 32 -> 128 -> 512 trees: the first size whose extra time (0.51 s) passes 0.3 s; then two more pairs
+    assert max(calls) == 512 and calls[-6:] == [2, 512, 2, 512, 2, 512]
+    assert "2 vs 512 trees, 3 pairs" in m.method and m.value and m.spread is not None and 0 < m.spread < 0.1
+    # never above the cap: a machine too fast to reach the target says the figure is noisy
+    calls.clear()
+    noise = iter([0.0] * 40)
+    capped = microbench.tabular_ns_per_cell("xgboost", shape={"rows": 1000}, repeats=2, min_extra_s=5.0, max_trees=32)
+    assert max(calls) == 32 and capped.note and "noisy" in capped.note

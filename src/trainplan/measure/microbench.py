@@ -51,6 +51,7 @@ class Measurement:
     method: str  # what was run, in words
     seconds: float = 0.0  # wall time spent measuring
     note: str | None = None
+    spread: float | None = None  # (max − min) / median of the repeated measurements, when repeated
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -313,17 +314,23 @@ def _library_installed(library: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def tabular_ns_per_cell(library: str, *, shape: dict[str, int] | None = None) -> Measurement:
+def tabular_ns_per_cell(library: str, *, shape: dict[str, int] | None = None, repeats: int = 3,
+                        min_extra_s: float = 0.5, max_trees: int = 2048) -> Measurement:  # fmt: skip
     """Per-core rate of ``library``: ns per unit of work on one thread, the unit of tabular_rates.csv.
 
-    Two fits with ``trees`` and ``more_trees`` trees; the rate is the extra time over the extra work
+    Pairs of fits with ``trees`` and more trees; the rate is the extra time over the extra work
     (:func:`trainplan.estimate.tabular.work_cells`), so the one-off data preparation (binning, the
-    quantile sketch), which a short probe fit cannot amortise as a real job does, is left out.
+    quantile sketch), which a short probe fit cannot amortise as a real job does, is left out.  The extra
+    work grows (×4 per try, up to ``max_trees``) until the extra time is at least ``min_extra_s`` — a few trees
+    of a 100k-row table differ by milliseconds, inside the run-to-run noise of the data preparation — and the
+    pair is then timed ``repeats`` times: the value is the median rate, ``spread`` the range over the median.
     """
     t0 = time.perf_counter()
     name = f"tabular_{library}"
     if not _library_installed(library):
         return Measurement(name, None, "ns/cell", "cpu", "", note=f"{library} is not installed (pip install 'trainplan[tabular]')")
+    import statistics
+
     import numpy as np
 
     from trainplan.estimate.tabular import work_cells
@@ -336,15 +343,32 @@ def tabular_ns_per_cell(library: str, *, shape: dict[str, int] | None = None) ->
     rng = np.random.default_rng(0)
     x = rng.standard_normal((sh["rows"], sh["features"]), dtype=np.float32)
     y = (x[:, 0] + x[:, 1] * x[:, 2] > 0).astype(np.int32)
-    few = _fit_once(library, x, y, sh["trees"], sh["depth"])
-    more = _fit_once(library, x, y, sh["more_trees"], sh["depth"])
-    extra_cells = work_cells(job, rounds=sh["more_trees"]) - work_cells(job, rounds=sh["trees"])
-    method = (f"{library} {sh['rows']:,} x {sh['features']} depth {sh['depth']}, 1 thread: "
-              f"{sh['trees']} trees {few:.2f} s, {sh['more_trees']} trees {more:.2f} s")  # fmt: skip
-    if more <= few:
+    few_trees, more_trees = sh["trees"], sh["more_trees"]
+
+    def pair() -> tuple[float, float]:
+        return _fit_once(library, x, y, few_trees, sh["depth"]), _fit_once(library, x, y, more_trees, sh["depth"])
+
+    few, more = pair()
+    while more - few < min_extra_s and more_trees < max_trees:  # grow the extra work above the noise
+        more_trees = min(max_trees, more_trees * 4)
+        few, more = pair()
+    pairs = [(few, more)] + [pair() for _ in range(max(0, repeats - 1))]
+    extra_cells = work_cells(job, rounds=more_trees) - work_cells(job, rounds=few_trees)
+    rates = [(m - f) * 1e9 / extra_cells for f, m in pairs if m > f]
+    extra = statistics.median(m - f for f, m in pairs)
+    method = (f"{library} {sh['rows']:,} x {sh['features']} depth {sh['depth']}, 1 thread: {few_trees} vs {more_trees} "
+              f"trees, {len(pairs)} pairs, extra time median {extra:.2f} s")  # fmt: skip
+    if not rates:
         return Measurement(name, None, "ns/cell", "cpu", method, time.perf_counter() - t0,
                            "more trees took no longer (machine busy?); rate not measured")  # fmt: skip
-    return Measurement(name, (more - few) * 1e9 / extra_cells, "ns/cell", "cpu", method, time.perf_counter() - t0)
+    value = statistics.median(rates)
+    spread = (max(rates) - min(rates)) / value if len(rates) > 1 else None
+    if spread is not None:
+        method += f", rates {min(rates):.3g}-{max(rates):.3g} ns/cell (spread {spread:.0%})"
+    note = None
+    if extra < min_extra_s:
+        note = f"extra time {extra:.2f} s < {min_extra_s:g} s even at {more_trees} trees: a noisy figure"
+    return Measurement(name, value, "ns/cell", "cpu", method, time.perf_counter() - t0, note, spread)
 
 
 # ----------------------------------------------------------------------------- the whole probe
@@ -392,8 +416,10 @@ def plan_benchmarks(*, cuda_devices: int = 0, bf16: bool | None = None, torch_in
         out.append(Bench(label, lambda: allreduce_bus_gb_s(backend=backend, mib=8 if quick else 32, reps=4 if quick else 10)))
     if tabular:
         shape = {"rows": 20_000, "trees": 1, "more_trees": 3} if quick else None
+        extra_s, repeats = (0.05, 2) if quick else (0.5, 3)
         for lib in TABULAR_LIBRARIES:
-            out.append(Bench(f"{lib} per-core rate", lambda lib=lib: tabular_ns_per_cell(lib, shape=shape)))
+            out.append(Bench(f"{lib} per-core rate", lambda lib=lib: tabular_ns_per_cell(lib, shape=shape, repeats=repeats,
+                                                                                         min_extra_s=extra_s)))  # fmt: skip
     return out
 
 
