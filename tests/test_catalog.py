@@ -225,8 +225,13 @@ def test_the_2026_rows_carry_their_sources_and_plan() -> None:
     eb = estimate_transformer(job, hardware_for_instance(b200, cat), Strategy.ZERO2, cat)
     eh = estimate_transformer(job, hardware_for_instance(p5, cat), Strategy.ZERO2, cat)
     assert eb.fits and eh.fits
-    # the same efficiencies: the advantage is at most the largest of the peak, HBM and NVLink ratios, never more
+    # the advantage is at most the largest of the peak, HBM and NVLink ratios, never more
     assert 1.5 < eb.throughput / eh.throughput <= max(2250 / 989.5, 7700 / 3350, 900 / 450)
+    # per generation: the new parts' GEMM efficiency is H100's times their measured MAMF ratio (assumptions.yaml)
+    from trainplan.estimate.steptime import gemm_efficiency
+
+    assert gemm_efficiency(cat, "B200") / gemm_efficiency(cat, "H100-80GB") == pytest.approx(77.6 / 80.3, abs=0.002)
+    assert gemm_efficiency(cat, "MI300X") / gemm_efficiency(cat, "H100-80GB") == pytest.approx(60.1 / 80.1, abs=0.002)
 
 
 def test_find_instance_case_insensitive_and_cloud_prefixed() -> None:
