@@ -50,9 +50,13 @@ class Accelerator:
     source: str
     as_of: str
     tdp_w: float | None = None
+    peak_fp8_tflops: float | None = None  # dense FP8 tensor-core peak; None: no FP8 units (or none published)
 
     def peak_tflops(self, dtype: str) -> float | None:
-        """Dense peak for a compute dtype: 'bf16', 'fp16', 'fp32' (tf32 tensor cores used for fp32 matmuls when present)."""
+        """Dense peak for a compute dtype: 'fp8', 'bf16', 'fp16', 'fp32' (tf32 tensor cores used for fp32 matmuls
+        when present)."""
+        if dtype == "fp8":
+            return self.peak_fp8_tflops
         if dtype == "bf16":
             return self.peak_bf16_tflops
         if dtype == "fp16":
@@ -276,6 +280,7 @@ def _build_accelerator(row: dict[str, str]) -> Accelerator:
         peak_tf32_tflops=_opt_float(row, "peak_tf32_tflops"),
         mem_bandwidth_gb_s=_req_float(row, "mem_bandwidth_gb_s"),
         tdp_w=_opt_float(row, "tdp_w"),
+        peak_fp8_tflops=_opt_float(row, "peak_fp8_tflops"),
         source=row["source"].strip(),
         as_of=row["as_of"].strip(),
     )
