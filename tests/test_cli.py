@@ -144,7 +144,7 @@ def test_non_utf8_job_file_is_one_error_line(tmp_path: Path, capsys) -> None:
 @pytest.mark.parametrize(
     ("args", "needles"),
     [
-        (["--gpu", "B200"], ("--gpu:", "unknown accelerator 'B200'", "H200")),
+        (["--gpu", "B300"], ("--gpu:", "unknown accelerator 'B300'", "B200")),
         (["--gpu", "A100"], ("--gpu:", "ambiguous", "A100-40GB", "A100-80GB")),
         ([], ("give exactly one of --gpu NAME, --instance NAME, --cpus N",)),
         (["--gpu", "H100-80GB", "--cpus", "4"], ("give exactly one of",)),

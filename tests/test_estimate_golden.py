@@ -124,15 +124,38 @@ def published() -> list:
     return [c for c in (compare(r) for r in recs) if c is not None]
 
 
+FP8_IDS = {r["id"] for r in yaml.safe_load(DATA.read_text()) if r.get("precision") == "fp8"}
+
+
 def test_published_throughput_median_error_within_25_percent(published: list) -> None:
     """Against 200+ measured runs (llm-foundry, torchtitan, torchtune, TinyLlama) with default efficiencies."""
-    errs = [c.throughput_error for c in published if c.throughput_error is not None]
+    errs = [c.throughput_error for c in published if c.throughput_error is not None and c.id not in FP8_IDS]
     assert len(errs) >= 150
     # pinned just above where they stand (docs/benchmarks.md: 12.2% median |err|, bias +12.1%, 73% within 25%),
     # so that a regression fails; the brief's target is 15% median
     assert statistics.median(abs(e) for e in errs) <= 0.13
     assert abs(statistics.median(errs)) <= 0.13
     assert sum(abs(e) <= 0.25 for e in errs) / len(errs) >= 0.70
+
+
+def test_published_fp8_runs_are_estimated_within_the_h100_error(published: list) -> None:
+    """precision fp8 (issue 19): the llm-foundry H100 FP8 table (Transformer Engine) is modelled now; its error is the
+    H100 bf16 table's (+10% to +32%, docs/benchmarks.md), and the predicted FP8 / bf16 speed-up of each pair measured
+    in both precisions lies within the published range (1.00 to 1.35)."""
+    fp8 = {c.id: c for c in published if c.id in FP8_IDS and c.throughput_error is not None}
+    assert len(fp8) >= 8
+    assert statistics.median(abs(c.throughput_error) for c in fp8.values()) <= 0.23
+    bf16 = {c.id: c for c in published if c.id not in FP8_IDS}
+    pairs = 0
+    for rid, c in fp8.items():
+        twin = bf16.get(rid.replace("-fp8-", "-"))
+        if twin is None or not twin.measured_tokens_per_s_per_gpu:
+            continue
+        pairs += 1
+        predicted = c.predicted_tokens_per_s_per_gpu / twin.predicted_tokens_per_s_per_gpu
+        measured = c.measured_tokens_per_s_per_gpu / twin.measured_tokens_per_s_per_gpu
+        assert 1.0 <= predicted <= 1.35 and 0.95 <= measured <= 1.4, (rid, predicted, measured)
+    assert pairs >= 4
 
 
 def test_published_fit_verdicts_mostly_right(published: list) -> None:

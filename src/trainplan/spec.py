@@ -60,6 +60,9 @@ class Precision(str, Enum):
     FP16 = "fp16"  # mixed: fp32 master weights, fp16 compute
     BF16 = "bf16"  # mixed: fp32 master weights, bf16 compute
     BF16_PURE = "bf16-pure"  # weights, gradients and optimizer state in bf16
+    # bf16 mixed precision with the linear layers' GEMMs in FP8 (torchao float8 dynamic scaling, as torchtitan trains;
+    # Transformer Engine likewise): master weights, optimizer, attention and the rest as bf16
+    FP8 = "fp8"
 
     @property
     def compute_bytes(self) -> int:
@@ -68,12 +71,12 @@ class Precision(str, Enum):
 
     @property
     def mixed(self) -> bool:
-        return self in (Precision.FP16, Precision.BF16)
+        return self in (Precision.FP16, Precision.BF16, Precision.FP8)
 
     @property
     def half(self) -> str | None:
         """The 16-bit format the tensor cores must support, if any."""
-        return {Precision.FP16: "fp16", Precision.BF16: "bf16", Precision.BF16_PURE: "bf16"}.get(self)
+        return {Precision.FP16: "fp16", Precision.BF16: "bf16", Precision.BF16_PURE: "bf16", Precision.FP8: "bf16"}.get(self)
 
 
 class Optimizer(str, Enum):
@@ -343,6 +346,13 @@ class TransformerJob(_NeuralJob):
         return v
 
     @model_validator(mode="after")
+    def _fp8_trains_full_weights(self) -> "TransformerJob":
+        if self.precision is Precision.FP8 and self.method is not Method.FULL:
+            raise ValueError("precision fp8 (torchao float8, Transformer Engine) casts trainable weights for their GEMMs; "
+                             "LoRA / QLoRA train in bf16 — use precision: bf16")  # fmt: skip
+        return self
+
+    @model_validator(mode="after")
     def _length_and_lora(self) -> "TransformerJob":
         given = [k for k in ("tokens", "steps", "epochs") if getattr(self, k) is not None]
         if len(given) != 1:
@@ -425,6 +435,14 @@ class _FactoryJob(_NeuralJob):
     def _import_path(cls, v: str) -> str:
         if ":" not in v or not all(v.split(":", 1)):
             raise ValueError(f"must be an import path 'package.module:factory', got {v!r}")
+        return v
+
+    @field_validator("precision")
+    @classmethod
+    def _no_fp8(cls, v: Precision) -> Precision:
+        if v is Precision.FP8:
+            raise ValueError("fp8 is planned for kind: transformer jobs (their linear layers' GEMMs); a traced model "
+                             "runs bf16, fp16 or fp32 — use bf16")  # fmt: skip
         return v
 
     @field_validator("inputs")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from trainplan.estimate.cpu import cpu_incompatibility
 from trainplan.estimate.profile import StepProfile
 from trainplan.estimate.result import Hardware, Rejection, RejectKind
-from trainplan.spec import Method, Optimizer, TorchJob, TransformerJob
+from trainplan.spec import Method, Optimizer, Precision, TorchJob, TransformerJob
 from trainplan.strategies import Engine, Strategy
 
 
@@ -36,6 +36,10 @@ def incompatibility(job: TorchJob | TransformerJob, hw: Hardware, strategy: Stra
         return Rejection(RejectKind.LAYOUT, f"{strategy.value} needs more than one device")
     if strategy is Strategy.SINGLE and layout.world_size > 1:
         return Rejection(RejectKind.LAYOUT, "single uses one device; pick ddp, zero*, or fsdp for several")
+    if job.precision is Precision.FP8 and (acc is None or acc.peak_fp8_tflops is None):
+        what = acc.id if acc is not None else "a CPU"
+        return Rejection(RejectKind.PRECISION, f"{what} has no FP8 tensor cores (they start with Hopper, Ada and "
+                                               "MI300: H100, H200, B200, L40S, MI300X …); use precision: bf16")  # fmt: skip
     half = job.precision.half
     if half and acc is not None and acc.peak_tflops(half) is None:
         alt = "fp16" if acc.peak_fp16_tflops else "fp32"

@@ -45,6 +45,10 @@ class KernelSplit:
     attention_backward: float  # in backward, with the kernel's own recomputation and any checkpoint recompute
     bytes_forward: float  # HBM bytes moved by memory-bound ops (norms, residual adds, MLP activation, rotary)
     bytes_backward: float  # in backward, with checkpoint recompute
+    # precision fp8: FLOPs of the GEMMs that run on the FP8 tensor cores (in forward / backward, recompute included);
+    # the casts that feed them are in the bytes above
+    fp8_forward: float = 0.0
+    fp8_backward: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,8 @@ def training_step_flops(
     lm_head_params: float,
     causal_fused_attention: bool = False,
     block_bytes_per_token: float = 0.0,
+    fp8_matmul_params: float = 0.0,
+    fp8_cast_bytes: tuple[float, float] = (0.0, 0.0),
 ) -> StepFlops:
     """Forward, backward and recomputation FLOPs of one micro-batch of ``tokens``.
 
@@ -132,7 +138,10 @@ def training_step_flops(
     their own 6 FLOPs per parameter per token.  With ``block_bytes_per_token``
     (``memory_bound_bytes_per_token``) the result carries a ``KernelSplit``:
     the fused attention kernel's FLOPs and the memory-bound ops' bytes, so the
-    step time can price each at its own rate (steptime.py).
+    step time can price each at its own rate (steptime.py).  ``fp8_matmul_params``
+    (precision fp8: the block linear weights) put their GEMMs — forward, both
+    backward GEMMs, and the forward again under full checkpointing — on the FP8
+    tensor cores; ``fp8_cast_bytes`` (forward, backward) are the casts feeding them.
     """
     mm = matmul_flops_forward(matmul_params, tokens)
     attn = attention_flops_forward(layers=layers, seq_len=seq_len, attn_dim=attn_dim, tokens=tokens)
@@ -164,8 +173,14 @@ def training_step_flops(
         if checkpointing is Checkpointing.FULL:
             bytes_bwd += bytes_fwd
         recomputed_attn = fused if checkpointing in (Checkpointing.FULL, Checkpointing.SELECTIVE) else 0.0
+        fp8_fwd = matmul_flops_forward(fp8_matmul_params, tokens)
+        fp8_bwd = 2.0 * fp8_fwd + (fp8_fwd if checkpointing is Checkpointing.FULL else 0.0)
+        cast_f, cast_b = fp8_cast_bytes
+        if checkpointing is Checkpointing.FULL:
+            cast_b += cast_f
         split = KernelSplit(attention_forward=fused,
                             attention_backward=(attn_backward if fused else 0.0) + recomputed_attn,
-                            bytes_forward=bytes_fwd, bytes_backward=bytes_bwd)  # fmt: skip
+                            bytes_forward=bytes_fwd + cast_f, bytes_backward=bytes_bwd + cast_b,
+                            fp8_forward=fp8_fwd, fp8_backward=fp8_bwd)  # fmt: skip
     return StepFlops(forward=forward, backward=backward, recompute=recompute, causal_skipped=skipped,
                      kernel_recompute=kernel_recompute, split=split)  # fmt: skip

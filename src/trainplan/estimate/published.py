@@ -25,7 +25,7 @@ from trainplan.estimate.hardware import hardware_for_gpu
 from trainplan.spec import ModelArch, TransformerJob, parse_job
 from trainplan.strategies import Strategy
 
-SUPPORTED_PRECISIONS = ("bf16", "fp16", "fp32", "bf16-pure")
+SUPPORTED_PRECISIONS = ("bf16", "fp16", "fp32", "bf16-pure", "fp8")
 
 
 @dataclass(frozen=True)

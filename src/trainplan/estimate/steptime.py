@@ -128,8 +128,14 @@ def step_time(
         e_mm, e_attn = gemm_efficiency(catalog, acc.id), attention_efficiency(catalog, acc.id)
         bw = acc.mem_bandwidth_gb_s * 1e9 * catalog.assumption("mem_bw_efficiency")
         a_f, a_b = split.attention_forward, split.attention_backward
-        t_fwd = (flops_forward - a_f) / (peak * e_mm) + a_f / (peak * e_attn) + split.bytes_forward / bw
-        t_bwd = (flops_backward - a_b) / (peak * e_mm) + a_b / (peak * e_attn) + split.bytes_backward / bw
+        # precision fp8: the linear layers' GEMMs at the FP8 peak (the same fraction of it: no FP8 GEMM
+        # efficiency was measured apart); everything else at the 16-bit peak
+        peak8 = (acc.peak_fp8_tflops or 0.0) * 1e12
+        f8_f, f8_b = (split.fp8_forward, split.fp8_backward) if peak8 > 0 else (0.0, 0.0)
+        t_fwd = ((flops_forward - a_f - f8_f) / (peak * e_mm) + (f8_f / (peak8 * e_mm) if f8_f else 0.0)
+                 + a_f / (peak * e_attn) + split.bytes_forward / bw)  # fmt: skip
+        t_bwd = ((flops_backward - a_b - f8_b) / (peak * e_mm) + (f8_b / (peak8 * e_mm) if f8_b else 0.0)
+                 + a_b / (peak * e_attn) + split.bytes_backward / bw)  # fmt: skip
     reason = None
     try:
         plan = comm_plan(strategy, layout=layout, links=links_for(hw, catalog), trainable_params=trainable_params,

@@ -274,12 +274,39 @@ def attention_flops_width(arch: ModelArch, seq_len: int) -> float:
     return width * (full + local) / arch.layers
 
 
+def fp8_gemm_terms(job: TransformerJob, arch: ModelArch) -> tuple[float, tuple[float, float]]:
+    """Precision fp8: the block linear weights whose GEMMs run in FP8, and the bytes (forward, backward) of the
+    casts that feed them, for one micro-batch.
+
+    torchao's ``Float8Linear`` (torchtitan's float8 converter; dynamic tensor-wise scaling) casts each GEMM operand
+    in two passes — an amax reduction over the 16-bit tensor, then scale-and-cast to 1 byte (``hp_tensor_to_float8_dynamic``:
+    ``tensor_to_scale`` then ``hp_tensor_and_scale_to_float8``) — so 2e + 1 bytes per element: forward, each linear's
+    input and weight; backward, the output gradient twice (for the input and the weight gradient) and the input and
+    weight again (``matmul_with_hp_or_float8_args.backward`` re-casts the saved 16-bit tensors).  It saves its 16-bit
+    input and weight for backward (``ctx.save_for_backward(input_hp, weight_hp_t)``), so activation memory is bf16's.
+    Dense decoders only: MoE experts (grouped GEMMs) and encoder models are refused.
+    """
+    if job.precision is not Precision.FP8:
+        return 0.0, (0.0, 0.0)
+    if arch.moe is not None or arch.arch != "decoder":
+        raise SpecError("precision fp8 is planned for dense decoder models (their nn.Linear GEMMs); mixture-of-experts "
+                        "and encoder models train in bf16 here", field="precision")  # fmt: skip
+    shapes = arch_mod.linear_shapes(arch).values()
+    ins, outs = sum(i for i, _ in shapes), sum(o for _, o in shapes)
+    weights = sum(i * o for i, o in shapes) * arch.blocks
+    tokens, per = job.seq_len * job.micro_batch, 2 * job.precision.compute_bytes + 1
+    forward = per * (tokens * ins * arch.blocks + weights)
+    backward = per * (tokens * (2 * outs + ins) * arch.blocks + weights)
+    return float(weights), (forward, backward)
+
+
 def transformer_profile(job: TransformerJob, catalog: Catalog | None = None, *, model: TransformerModel | None = None) -> StepProfile:
     """One micro-batch step of ``job`` from the formulas: parameters, FLOPs, memory by category."""
     cat = catalog or get_catalog()
     m = model or resolve_transformer(job, cat)
     arch = m.arch
     knobs = effective_knobs(job, cat)
+    fp8_params, fp8_casts = fp8_gemm_terms(job, arch)
     flops = training_step_flops(
         tokens=job.seq_len * job.micro_batch,
         matmul_params=m.counts.matmul_per_token,
@@ -292,6 +319,8 @@ def transformer_profile(job: TransformerJob, catalog: Catalog | None = None, *, 
         lm_head_params=arch.vocab * arch.hidden if arch.has_lm_head else 0,
         causal_fused_attention=_flash(job, arch) and arch.arch == "decoder",
         block_bytes_per_token=memory_bound_bytes_per_token(arch, job.precision),
+        fp8_matmul_params=fp8_params,
+        fp8_cast_bytes=fp8_casts,
     )
     # AMP autocast caches a 16-bit copy of every fp32 matmul weight it casts (torch.amp docs); frozen
     # LoRA/QLoRA bases are stored in 16 (or 4) bits already, so only full training makes them.

@@ -13,7 +13,7 @@ from typing import Any, Callable
 from trainplan.errors import SpecError
 from trainplan.catalog import resolve_model
 from trainplan.model import ModelArch, UnsupportedArchitecture, hf_model_type
-from trainplan.spec import Method, Optimizer, TransformerJob
+from trainplan.spec import Method, Optimizer, Precision, TransformerJob
 
 #: Optimizers the built-in workloads can build from torch alone.
 RUNNABLE_OPTIMIZERS = (Optimizer.ADAMW, Optimizer.SGD, Optimizer.ADAFACTOR)
@@ -48,6 +48,9 @@ def check_supported(job: TransformerJob, arch: ModelArch) -> None:
         raise SpecError(str(exc), field="model") from None
     if job.method is Method.QLORA:
         raise SpecError("qlora is not supported by trainplan run; use lora or full", field="method")
+    if job.precision is Precision.FP8:
+        raise SpecError("trainplan run trains in bf16, fp16 or fp32; fp8 is planned, not run here — launch it with "
+                        "torchtitan (--float8) or Transformer Engine, or run with precision: bf16", field="precision")  # fmt: skip
 
 
 def import_callable(path: str, *, field: str) -> Callable[..., Any]:
