@@ -78,6 +78,11 @@ def test_a_negotiated_price_overrides_the_built_in_row(tmp_path: Path, capsys, m
         ({"instances": "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,Price,Region\np5.48xlarge,H100,8,192,2048,98.32,us-east-1"},
          r"instances.csv:1: cloud: column missing from header"),
         ({"vms": "x"}, r"vms.csv: not a catalog file"),
+        # a name that would reach a label, a SkyPilot task or a shell: refused, never quoted around
+        ({"instances": f"{HEADER}\n{NODE.replace('h100-node', '$(reboot)')}", "clouds": CLOUD},
+         r"instances.csv:2: instance: '\$\(reboot\)' is not a name"),
+        ({"instances": f'{HEADER}\n{NODE.replace("h100-node", chr(34) + "a b" + chr(34))}', "clouds": CLOUD},
+         r"instances.csv:2: instance: 'a b' is not a name"),
     ],
 )
 def test_bad_rows_are_one_line_naming_file_line_and_column(tmp_path: Path, capsys, files: dict, expected: str) -> None:

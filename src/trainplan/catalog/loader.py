@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -224,6 +225,18 @@ def _req_str(row: dict[str, str], key: str) -> str:
     return raw
 
 
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+
+
+def _name(row: dict[str, str], key: str) -> str:
+    """A name that becomes a label, a SkyPilot or SLURM field, a file or YAML value: letters, digits and ._+- only
+    (never a quote, a space, a control character or a shell metacharacter)."""
+    value = _req_str(row, key)
+    if not _NAME.fullmatch(value):
+        raise _RowError(key, f"{value!r} is not a name (letters, digits and . _ + - only)")
+    return value
+
+
 def _read_rows(
     path: Path,
     required: Iterable[str],
@@ -270,7 +283,7 @@ def _build_accelerator(row: dict[str, str]) -> Accelerator:
     if kind not in ("gpu", "tpu"):
         raise _RowError("kind", f"must be gpu or tpu, got {kind!r}")
     acc = Accelerator(
-        id=_req_str(row, "accelerator"),
+        id=_name(row, "accelerator"),
         vendor=_req_str(row, "vendor"),
         kind=kind,
         memory_gib=mem,
@@ -291,7 +304,7 @@ def _build_accelerator(row: dict[str, str]) -> Accelerator:
 
 def _instance_builder(accelerators: dict[str, Accelerator]) -> Callable[[dict[str, str]], Instance]:
     def build(row: dict[str, str]) -> Instance:
-        cloud = _req_str(row, "cloud")
+        cloud = _name(row, "cloud")
         accel = (row.get("accelerator") or "").strip() or None
         count = int(_opt_float(row, "accelerator_count") or 0)
         if accel is not None and accel not in accelerators:
@@ -314,8 +327,8 @@ def _instance_builder(accelerators: dict[str, Accelerator]) -> Callable[[dict[st
             raise _RowError("spot_price_usd_per_h", f"spot {spot:g} above on-demand {price:g}")
         return Instance(
             cloud=cloud,
-            name=_req_str(row, "instance"),
-            region=_req_str(row, "region"),
+            name=_name(row, "instance"),
+            region=_name(row, "region"),
             vcpus=int(_req_float(row, "vcpus")),
             ram_gib=_req_float(row, "ram_gib"),
             accelerator=accel,
@@ -335,7 +348,7 @@ def _instance_builder(accelerators: dict[str, Accelerator]) -> Callable[[dict[st
 
 def _build_cloud(row: dict[str, str]) -> CloudTerms:
     return CloudTerms(
-        cloud=_req_str(row, "cloud"),
+        cloud=_name(row, "cloud"),
         billing_increment_s=_opt_float(row, "billing_increment_s") or 0.0,
         billing_minimum_s=_opt_float(row, "billing_minimum_s") or 0.0,
         startup_s=_opt_float(row, "startup_s") or 0.0,
