@@ -86,3 +86,22 @@ def test_another_format_or_no_catalog_is_one_clear_line(tmp_path: Path, capsys, 
     assert main(["catalog", "import-skypilot"]) == 2
     err = capsys.readouterr().err
     assert "no SkyPilot catalog at" in err and str(tmp_path / "nohome" / ".sky" / "catalogs") in err
+
+
+def test_a_row_trainplan_would_refuse_or_a_damaged_file_writes_nothing(tmp_path: Path, capsys, monkeypatch) -> None:
+    """The import loads the catalog it would leave before replacing a file: a GPU row without a count, or an instance
+    name with a NUL byte (the loader refuses both), is one line, exit 2, and the user's directory stays as it was."""
+    monkeypatch.setenv("TRAINPLAN_HOME", str(tmp_path / "home"))
+    src = tmp_path / "v7" / "lambda"
+    src.mkdir(parents=True)
+    header = "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,Price,Region,GpuInfo,SpotPrice\n"
+    (src / "vms.csv").write_text(header + "gpu_8x_h100,H100,eight,208.0,1800.0,23.92,us-east-1,,\n")
+    assert main(["catalog", "import-skypilot", str(tmp_path / "v7")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "nothing was written" in err and "accelerator_count" in err
+    assert not (tmp_path / "home" / "catalog" / "instances.csv").exists()
+    (src / "vms.csv").write_bytes(header.encode() + b"gpu\x00_1x,H100,1,1,1,1,us,,\n")
+    assert main(["catalog", "import-skypilot", str(tmp_path / "v7")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "nothing was written" in err and "is not a name" in err
+    assert not (tmp_path / "home" / "catalog" / "instances.csv").exists()

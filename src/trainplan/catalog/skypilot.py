@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from datetime import date
@@ -26,6 +27,7 @@ from pathlib import Path
 
 from trainplan.catalog.loader import CLOUD_COLUMNS, INSTANCE_COLUMNS, Catalog
 from trainplan.errors import CatalogError
+from trainplan.files import write_text_atomic
 
 SKYPILOT_COLUMNS = ("InstanceType", "AcceleratorName", "AcceleratorCount", "vCPUs", "MemoryGiB", "Price", "Region")
 
@@ -90,12 +92,15 @@ def _read(path: Path) -> list[dict[str, str]]:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise CatalogError(f"{path}: not a SkyPilot vms.csv (not UTF-8 text)", field="import-skypilot") from None
-    reader = csv.DictReader(io.StringIO(text))
-    missing = [c for c in SKYPILOT_COLUMNS if c not in (reader.fieldnames or [])]
-    if missing:
-        raise CatalogError(f"{path}:1: {missing[0]}: column missing; not a SkyPilot vms.csv (it has {', '.join(SKYPILOT_COLUMNS)} "
-                           "…)", field="import-skypilot")  # fmt: skip
-    return list(reader)
+    try:
+        reader = csv.DictReader(io.StringIO(text))
+        missing = [c for c in SKYPILOT_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise CatalogError(f"{path}:1: {missing[0]}: column missing; not a SkyPilot vms.csv (it has "
+                               f"{', '.join(SKYPILOT_COLUMNS)} …)", field="import-skypilot")  # fmt: skip
+        return list(reader)
+    except csv.Error as exc:  # a NUL byte, a damaged quote
+        raise CatalogError(f"{path}: not a SkyPilot vms.csv ({exc})", field="import-skypilot") from None
 
 
 def _interconnect(catalog: Catalog, accelerator: str, count: int) -> tuple[str, float | None, str]:
@@ -180,7 +185,8 @@ def import_skypilot(source: Path, target: Path, catalog: Catalog, *, today: str 
             "source": f"SkyPilot catalog {offer.file}: the cheapest of {len(offer.regions)} region(s) listed{link_note}",
             "as_of": as_of,
         })  # fmt: skip
-    known_clouds = set(catalog.clouds) | {r["cloud"] for r in _rows(user_clouds)}
+    user_cloud_rows = _rows(user_clouds)
+    known_clouds = set(catalog.clouds) | {r["cloud"] for r in user_cloud_rows}
     cloud_rows = []
     for cloud in sorted({r["cloud"] for r in new_rows} - known_clouds):
         cloud_rows.append({"cloud": cloud, "billing_increment_s": "1", "billing_minimum_s": "0",
@@ -190,11 +196,12 @@ def import_skypilot(source: Path, target: Path, catalog: Catalog, *, today: str 
                            "as_of": as_of})  # fmt: skip
         result.clouds.append(cloud)
     result.instances = len(new_rows)
-    target.mkdir(parents=True, exist_ok=True)
+    texts = {}
     if cloud_rows:
-        _write(user_clouds, CLOUD_COLUMNS, _rows(user_clouds) + cloud_rows)
+        texts["clouds.csv"] = _csv_text(CLOUD_COLUMNS, user_cloud_rows + cloud_rows)
     if new_rows:
-        _write(user_instances, (*INSTANCE_COLUMNS, "cpu_model"), existing + new_rows)
+        texts["instances.csv"] = _csv_text((*INSTANCE_COLUMNS, "cpu_model"), existing + new_rows)
+    _check_then_write(target, texts)
     return result
 
 
@@ -205,19 +212,34 @@ def _rows(path: Path) -> list[dict[str, str]]:
         return [{k: v or "" for k, v in r.items() if k} for r in csv.DictReader(fh)]
 
 
-def _write(path: Path, columns: tuple[str, ...], rows: list[dict[str, str]]) -> None:
-    """Atomically: a temporary file in the same directory, then the rename (the old file is whole until then).
-    Columns of the user's file that trainplan does not know are kept."""
+def _csv_text(columns: tuple[str, ...], rows: list[dict[str, str]]) -> str:
+    """The rows as CSV; columns of the user's file that trainplan does not know are kept."""
     header = list(dict.fromkeys([*columns, *(k for r in rows for k in r)]))
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
-            w = csv.DictWriter(fh, fieldnames=header, restval="")
-            w.writeheader()
-            w.writerows(rows)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    out = io.StringIO()
+    w = csv.DictWriter(out, fieldnames=header, restval="", lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    return out.getvalue()
+
+
+def _check_then_write(target: Path, texts: dict[str, str]) -> None:
+    """Load the user's catalog as it would be after the import, with every check a user's catalog gets, and only
+    then replace its files (each atomically): a row trainplan would refuse leaves the directory as it was."""
+    from trainplan.catalog import builtin_catalog
+    from trainplan.catalog.loader import OVERLAY_FILES, apply_overlay
+
+    if not texts:
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in OVERLAY_FILES:
+            if (target / name).exists():
+                shutil.copyfile(target / name, Path(tmp) / name)
+        for name, text in texts.items():
+            (Path(tmp) / name).write_text(text, encoding="utf-8")
+        try:
+            apply_overlay(builtin_catalog(), tmp)
+        except CatalogError as exc:
+            raise CatalogError(f"the import would leave a catalog trainplan refuses, so nothing was written: "
+                               f"{str(exc).replace(tmp, str(target))}", field="import-skypilot") from None  # fmt: skip
+    for name, text in texts.items():
+        write_text_atomic(target / name, text)
