@@ -106,7 +106,7 @@ def frozen_set(path: Path, label: str, show_all: bool) -> None:
         within = sum(abs(e) <= 0.05 for e in errors)
         print(f"peak memory: n={len(errors)} median |err| {statistics.median(abs(e) for e in errors):.1%}, "
               f"median {statistics.median(errors):+.1%}, within 5%: {within}/{len(errors)}, worst {max(errors, key=abs):+.0%}, "
-              f"80th percentile |err| {held.quantile(0.8):.1%}")
+              f"80th percentile |err| {held.percentile(80):.1%}")
     print(f"published out-of-memory runs: {len(ooms)}; predicted does not fit or borderline: "
           f"{sum('FITS' not in o for o in ooms)}/{len(ooms)}")
     for o in ooms:

@@ -186,14 +186,12 @@ class MemoryErrors:
     def median(self) -> float | None:
         return statistics.median(self.all) if self.all else None
 
-    def quantile(self, q: float) -> float | None:
-        """The q-quantile of |error| (linear interpolation between order statistics, ``statistics.quantiles``)."""
-        v = sorted(self.all)
+    def percentile(self, p: int) -> float | None:
+        """The p-th percentile of |error| (``statistics.quantiles``, inclusive method: linear between order statistics)."""
+        v = self.all
         if len(v) < 2:
             return v[0] if v else None
-        pos = q * (len(v) - 1)
-        lo = int(pos)
-        return v[lo] + (v[min(lo + 1, len(v) - 1)] - v[lo]) * (pos - lo)
+        return statistics.quantiles(v, n=100, method="inclusive")[p - 1]
 
 
 def memory_errors(records: Iterable[dict[str, Any]], *, heldout: bool | None = None,

@@ -106,7 +106,7 @@ def effective_knobs(job: TorchJob | TransformerJob, catalog: Catalog) -> Knobs:
         frozen_weights_fp32=bool(merged.get("frozen_weights_fp32", False)),
         loss_upcast=bool(merged.get("loss_upcast", True)),
         qlora_fp32_params=bool(merged.get("qlora_fp32_params", False)),
-        fused_kernels=FusedKernels(merged.get("fused_kernels", "none")),
+        fused_kernels=kernels,
         engines=tuple(Engine(e) for e in entry.get("engines", [e.value for e in Engine])),
         notes=tuple(notes),
     )
