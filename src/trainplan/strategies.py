@@ -110,22 +110,60 @@ class Strategy(str, Enum):
             raise SpecError(f"must be one of {allowed}, got {value!r}", field=field) from None
 
 
+class Schedule(str, Enum):
+    """Pipeline schedules (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters
+    Using Megatron-LM", Sec. 2.2): 1F1B (PipeDream-Flush) and its interleaved variant with ``vpp`` model chunks
+    per rank; ``none`` without pipeline parallelism."""
+
+    NONE = "none"
+    ONE_F_ONE_B = "1f1b"
+    INTERLEAVED = "interleaved-1f1b"
+
+
 @dataclass(frozen=True)
 class Layout:
-    """Devices a job runs on: ``gpus_per_node`` × ``nodes``, all data parallel.
+    """Devices a job runs on, ``gpus_per_node`` × ``nodes``, and how the model is split over them.
 
-    Validated at construction (like torchtitan's ``ParallelDims``): the degrees
-    multiply to the world size and are positive.
+    The degrees — tensor (``tp``), pipeline (``pp``, with ``vpp`` virtual stages per rank), context (``cp``) and
+    expert (``ep``) parallel — multiply with the data-parallel degree to the world size, and are validated at
+    construction, as torchtitan's ``ParallelDims`` does: ``tp × pp × cp`` divides the world size and the quotient
+    is the data-parallel degree (the ranks the strategy replicates or shards over, ``dp``).  Expert parallelism
+    is carved out of the data-parallel × context-parallel ranks (Megatron Core's expert groups; torchtitan
+    borrows ``ep`` from ``dp_shard × cp``), so ``ep`` divides ``dp × cp``.  ``sequence_parallel`` shards the
+    norms' and dropouts' activations over the tensor-parallel ranks (Korthikanti et al. 2022, Sec. 4.2.2).
     """
 
     gpus_per_node: int = 1
     nodes: int = 1
+    tp: int = 1
+    pp: int = 1
+    vpp: int = 1
+    cp: int = 1
+    ep: int = 1
+    sequence_parallel: bool = False
 
     def __post_init__(self) -> None:
         if self.gpus_per_node < 1:
             raise SpecError(f"must be >= 1, got {self.gpus_per_node}", field="--gpus")
         if self.nodes < 1:
             raise SpecError(f"must be >= 1, got {self.nodes}", field="--nodes")
+        for name in ("tp", "pp", "vpp", "cp", "ep"):
+            if getattr(self, name) < 1:
+                raise SpecError(f"must be >= 1, got {getattr(self, name)}", field=f"--{name}")
+        model = self.tp * self.pp * self.cp
+        if self.world_size % model:
+            raise SpecError(f"tp × pp × cp = {self.tp} × {self.pp} × {self.cp} = {model} must divide the "
+                            f"{self.world_size} devices ({self.gpus_per_node} per node × {self.nodes} nodes)",
+                            field="--tp/--pp/--cp")  # fmt: skip
+        if self.vpp > 1 and self.pp == 1:
+            raise SpecError(f"virtual pipeline stages need pipeline parallelism: --vpp {self.vpp} with --pp 1",
+                            field="--vpp")  # fmt: skip
+        if (self.data_parallel * self.cp) % self.ep:
+            raise SpecError(f"expert parallelism is carved out of the data- and context-parallel ranks: ep {self.ep} "
+                            f"must divide dp × cp = {self.data_parallel} × {self.cp}", field="--ep")  # fmt: skip
+        if self.sequence_parallel and self.tp == 1:
+            raise SpecError("sequence parallelism shards activations over the tensor-parallel ranks: it needs --tp > 1",
+                            field="--sp")  # fmt: skip
 
     @property
     def world_size(self) -> int:
@@ -133,7 +171,41 @@ class Layout:
 
     @property
     def data_parallel(self) -> int:
-        return self.world_size
+        """Ranks holding the same model shard (the strategy replicates or shards over them)."""
+        return self.world_size // (self.tp * self.pp * self.cp)
+
+    @property
+    def model_parallel(self) -> bool:
+        """Whether the model itself is split (tensor, pipeline, context or expert parallel), beyond data parallel."""
+        return self.tp * self.pp * self.cp * self.ep > 1
+
+    @property
+    def schedule(self) -> Schedule:
+        if self.pp == 1:
+            return Schedule.NONE
+        return Schedule.INTERLEAVED if self.vpp > 1 else Schedule.ONE_F_ONE_B
+
+    def describe(self) -> str:
+        """``"tp8·pp4·dp16"``-style degrees (only those above 1, dp always), ``"+sp"`` with sequence parallel."""
+        parts = [f"{n}{v}" for n, v in (("tp", self.tp), ("pp", self.pp), ("vpp", self.vpp), ("cp", self.cp),
+                                         ("ep", self.ep)) if v > 1]  # fmt: skip
+        text = "·".join([*parts, f"dp{self.data_parallel}"])
+        return text + ("+sp" if self.sequence_parallel else "")
+
+    def to_dict(self, strategy: "Strategy | None" = None) -> dict[str, object]:
+        """The degrees as torchtitan names them: data parallel split into replicate and shard by the strategy."""
+        sharded = strategy is not None and strategy.shards_optimizer
+        return {
+            "dp_replicate": 1 if sharded else self.data_parallel,
+            "dp_shard": self.data_parallel if sharded else 1,
+            "tp": self.tp,
+            "pp": self.pp,
+            "vpp": self.vpp,
+            "cp": self.cp,
+            "ep": self.ep,
+            "sequence_parallel": self.sequence_parallel,
+            "schedule": self.schedule.value,
+        }
 
 
 def strategies_for(world_size: int) -> tuple[Strategy, ...]:

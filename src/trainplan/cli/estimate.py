@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -20,6 +21,16 @@ from trainplan.planner.local import cpus_hardware
 from trainplan.spec import TabularJob
 from trainplan.cli.tables import estimate_panel
 from trainplan.strategies import Layout, Strategy
+
+
+def _with_layout(hw: Hardware, degrees: dict[str, int | bool]) -> Hardware:
+    """``hw`` with the model-parallel degrees given on the command line (validated by :class:`Layout`)."""
+    if all(v in (1, False) for v in degrees.values()):
+        return hw
+    if hw.accelerator is None:
+        raise SpecError("tensor / pipeline / context / expert parallelism is planned on GPUs; give --gpu or --instance",
+                        field="--tp/--pp/--cp/--ep")  # fmt: skip
+    return replace(hw, layout=Layout(gpus_per_node=hw.layout.gpus_per_node, nodes=hw.layout.nodes, **degrees))  # type: ignore[arg-type]
 
 
 def _hardware(gpu: str | None, gpus: int, nodes: int, instance: str | None, cpus: int | None) -> Hardware:
@@ -45,7 +56,13 @@ def estimate_command(
     nodes: Annotated[int, typer.Option(help="Nodes.")] = 1,
     instance: Annotated[Optional[str], typer.Option(help="Instance type, e.g. p4de.24xlarge (or cloud:name).")] = None,
     cpus: Annotated[Optional[int], typer.Option(help="vCPUs of a CPU-only machine.")] = None,
-    strategy: Annotated[Optional[str], typer.Option(help="single, ddp, zero1-3, zero2-offload, zero3-offload, fsdp, fsdp-grad-op, fsdp-offload. Default: the best that fits.")] = None,
+    strategy: Annotated[Optional[str], typer.Option(help="single, ddp, zero1-3, zero2-offload, zero3-offload, fsdp, fsdp-grad-op, fsdp-offload (with --tp/--pp/--cp/--ep: the data-parallel sharding). Default: the best that fits.")] = None,
+    tp: Annotated[int, typer.Option("--tp", help="Tensor parallel degree (divides the attention heads; within a node).")] = 1,
+    pp: Annotated[int, typer.Option("--pp", help="Pipeline parallel stages.")] = 1,
+    vpp: Annotated[int, typer.Option("--vpp", help="Virtual pipeline stages per rank (interleaved 1F1B).")] = 1,
+    cp: Annotated[int, typer.Option("--cp", help="Context parallel degree (2 x cp divides seq_len).")] = 1,
+    ep: Annotated[int, typer.Option("--ep", help="Expert parallel degree (MoE models; divides the experts).")] = 1,
+    sp: Annotated[bool, typer.Option("--sp", help="Sequence parallelism over the tensor-parallel ranks.", metavar="")] = False,
     trace: Annotated[bool, typer.Option("--trace", help="Transformer jobs: trace the real model on the fake device instead of the formulas.", metavar="")] = False,
     max_micro_batch: Annotated[bool, typer.Option("--max-micro-batch", help="Also find the largest micro-batch (and, for transformers, the longest sequence at micro-batch 1) that fits.", metavar="")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.", metavar="")] = False,
@@ -53,7 +70,7 @@ def estimate_command(
 ) -> None:
     """Memory, time and cost of the job on one configuration."""
     job = read_job(job_file)
-    hw = _hardware(gpu, gpus, nodes, instance, cpus)
+    hw = _with_layout(_hardware(gpu, gpus, nodes, instance, cpus), dict(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, sequence_parallel=sp))
     catalog = get_catalog()
     regions = grid_regions(region or [], catalog)
     e = estimate_option(job, hw, catalog, strategy=Strategy.parse(strategy) if strategy else None,

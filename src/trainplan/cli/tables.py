@@ -107,7 +107,7 @@ def plan_table(plan: Plan, *, top: int, title: str, wide: bool = True, all_strat
             marks.append(f"+{folded} strateg{'y' if folded == 1 else 'ies'}")
         split = "/".join(f"{x / GIB:.1f}" for x in (m.weights, m.gradients, m.optimizer, m.activations, m.overhead))
         cells = {
-            "#": str(i + 1), "option": e.hardware.label, "devices": _devices(e), "strategy": e.strategy,
+            "#": str(i + 1), "option": e.hardware.label, "devices": _devices(e), "strategy": e.setup,
             "GiB/dev": f"{m.peak / GIB:.1f}/{e.capacity_gib:.0f}", "w/g/o/a/ovh GiB": split,
             "step": _step(e.step_time_s), "time": _hours(e.hours), "cost": _money(e.cost_usd), "kWh": _kwh(e),
             "kg CO2e": _co2(e), "": " ".join(marks),
@@ -133,7 +133,7 @@ def rejected_table(rejected: Sequence[Estimate], *, total: int) -> Table:
         why = e.reason or ""
         if e.hint:
             why += f" → {e.hint}"
-        t.add_row(escape(e.hardware.label), e.strategy, escape(why))
+        t.add_row(escape(e.hardware.label), e.setup, escape(why))
     return t
 
 
@@ -147,7 +147,7 @@ def tradeoff_text(plan: Plan) -> Text:
             seen.add(key)
             front.append(e)
     lines = Text("Time/cost front: ", style="bold")
-    lines.append("  →  ".join(f"{_hours(e.hours)} for {_money(e.cost_usd)} ({e.hardware.label} {e.strategy})" for e in front))
+    lines.append("  →  ".join(f"{_hours(e.hours)} for {_money(e.cost_usd)} ({e.hardware.label} {e.setup})" for e in front))
     for w in plan.warnings:
         lines.append(f"\nWarning: {w}", style="yellow")
     return lines
@@ -158,7 +158,7 @@ def unowned_text(plan: Plan, *, top: int = 3) -> Text:
     lines = Text(f"Not ranked: {len(plan.unowned)} options on owned hardware the job does not list in constraints.owned "
                  "(hardware to buy; add it there if you have it):", style="bold")  # fmt: skip
     for e in plan.unowned[:top]:
-        lines.append(f"\n  {e.hardware.label} {e.strategy}  {_hours(e.hours)}  {_money(e.cost_usd)} amortised")
+        lines.append(f"\n  {e.hardware.label} {e.setup}  {_hours(e.hours)}  {_money(e.cost_usd)} amortised")
     return lines
 
 
@@ -175,7 +175,7 @@ def estimate_panel(e: Estimate) -> Group:
     if e.hint:
         t.add_row("to fit", e.hint)
     t.add_row("hardware", f"{e.hardware.label} ({_devices(e)}), {e.hardware.price_note}")
-    t.add_row("strategy", e.strategy)
+    t.add_row("strategy", e.setup)
     if e.params is not None:
         t.add_row("parameters", f"{e.params:,} ({e.trainable_params:,} trainable)")
     unit = "GPU" if e.hardware.accelerator else "machine"

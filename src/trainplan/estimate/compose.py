@@ -33,10 +33,11 @@ from trainplan.estimate.memory import (
     sharding_buffer_bytes,
     step_peak,
 )
+from trainplan.estimate.parallel import layout_error, stage_loads
 from trainplan.estimate.profile import ProfileSource, StepProfile
 from trainplan.estimate.result import Estimate, Hardware, Rejection, RejectKind, job_timing
 from trainplan.estimate.tpu import xla_device_memory
-from trainplan.estimate.steptime import default_efficiency, step_time
+from trainplan.estimate.steptime import default_efficiency, parallel_step_time, step_time
 from trainplan.spec import TorchJob, TransformerJob
 from trainplan.strategies import Engine, Strategy
 
@@ -44,6 +45,8 @@ from trainplan.strategies import Engine, Strategy
 def step_memory(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardware, strategy: Strategy,
                 catalog: Catalog, *, micro_steps: int) -> MemoryBreakdown:  # fmt: skip
     """Per-device memory at the step's peak, with host RAM per node for offload."""
+    if hw.layout.model_parallel and profile.split is not None:
+        return parallel_step_memory(job, profile, hw, strategy, catalog, micro_steps=micro_steps)
     layout = hw.layout
     n = layout.world_size
     engine = strategy.engine
@@ -119,6 +122,64 @@ def step_memory(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardwa
     return mem
 
 
+def parallel_step_memory(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardware, strategy: Strategy,
+                         catalog: Catalog, *, micro_steps: int) -> MemoryBreakdown:  # fmt: skip
+    """The most loaded rank of a tensor / pipeline / context / expert parallel layout (estimate/parallel.py): its
+    parameters (its stage, its tensor-parallel shard, its experts) with the strategy's sharding over the
+    data-parallel × context-parallel ranks (Megatron's distributed optimizer and torchtitan's FSDP shard over
+    both), its activations with the micro-batches its stage holds in flight; the same moments of the peak and
+    overheads as one device (:func:`step_memory`)."""
+    assert profile.split is not None
+    layout = hw.layout
+    engine = strategy.engine
+    p = profile.params
+    shard_over = layout.data_parallel * layout.cp
+    peaks = []
+    for load in stage_loads(profile.split, layout, micro_steps):
+        common = dict(frozen_bytes=0.0, precision=job.precision, optimizer=job.optimizer, strategy=strategy,
+                      adafactor_elems_per_param=p.factored_state_elems)  # fmt: skip
+        dense = model_state_bytes(trainable_params=load.dense_params, world_size=shard_over, **common)  # type: ignore[arg-type]
+        experts = model_state_bytes(trainable_params=load.expert_params, world_size=max(1, shard_over // layout.ep), **common)  # type: ignore[arg-type]
+        states = replace(dense, weights=dense.weights + experts.weights, gradients=dense.gradients + experts.gradients,
+                         optimizer=dense.optimizer + experts.optimizer,
+                         unsharded_until_backward_end=dense.unsharded_until_backward_end + experts.unsharded_until_backward_end)  # fmt: skip
+        local = load.dense_params + load.expert_params
+        share = local / max(1, p.total)
+        autocast = profile.memory.autocast_copies * share if engine is Engine.TORCH else 0.0
+        forward_temporaries = autocast + sharding_buffer_bytes(strategy, largest_block_params=p.largest_block / layout.tp,
+                                                               world_size=shard_over, compute_bytes=job.precision.compute_bytes)  # fmt: skip
+        optimizer_temporaries = 0.0 if engine is Engine.DEEPSPEED else (
+            profile.memory.optimizer_temporaries * share / (shard_over if strategy.shards_optimizer else 1))
+        buckets = ddp_bucket_bytes(strategy, local * gradient_bytes_per_param(job.precision, engine), layout.data_parallel)
+        peaks.append(step_peak(
+            states=states,
+            activations=load.activations,
+            forward_temporaries=forward_temporaries + buckets,
+            optimizer_temporaries=optimizer_temporaries + buckets,
+            fixed_overhead=framework_overhead_bytes(cuda_context_gib=catalog.assumption("cuda_context_gib"),
+                                                    comm_buffers_gib=catalog.assumption("nccl_buffers_gib"),
+                                                    world_size=layout.world_size),
+            fragmentation=catalog.assumption("allocator_fragmentation"),
+            expandable_fraction=catalog.assumption("allocator_fragmentation_expandable"),
+            grads_live_in_forward=micro_steps > 1 or engine is Engine.DEEPSPEED,
+        ))  # fmt: skip
+    return max(peaks, key=lambda m: m.peak)
+
+
+def parallel_rejection(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardware, strategy: Strategy) -> Rejection | None:
+    """Why a model-parallel layout cannot be estimated for this job on this hardware (None: it can)."""
+    if not hw.layout.model_parallel:
+        return None
+    if hw.accelerator is None or hw.accelerator.kind != "gpu":
+        return Rejection(RejectKind.LAYOUT, "tensor / pipeline / context / expert parallel layouts are planned on GPUs")
+    if profile.split is None:
+        return Rejection(RejectKind.LAYOUT, "tensor / pipeline / context / expert parallel layouts are planned from the "
+                         "formulas for full training of decoder models (not a trace, LoRA / QLoRA, encoder models or "
+                         "activation offloading); use a data-parallel strategy")  # fmt: skip
+    err = layout_error(profile.split, hw.layout, strategy)
+    return Rejection(RejectKind.LAYOUT, err[1]) if err else None
+
+
 def simulated_reserve(mem: MemoryBreakdown, profile: StepProfile, catalog: Catalog) -> MemoryBreakdown:
     """A traced step's reserve: the bytes the allocator simulation found beyond the traced peak, plus the default
     fraction of whatever the strategy allocates beyond that peak (sharding buffers, gathered blocks)."""
@@ -177,26 +238,41 @@ def compose(
     """
     layout = hw.layout
     acc = hw.accelerator
-    rejection = incompatibility(job, hw, strategy, profile)
+    rejection = incompatibility(job, hw, strategy, profile) or parallel_rejection(job, profile, hw, strategy)
     global_batch = global_batch_of(job, hw)
     micro_steps = max(1, global_batch // (job.micro_batch * layout.data_parallel))
     steps = job.total_steps(global_batch)
 
-    mem = step_memory(job, profile, hw, strategy, catalog, micro_steps=micro_steps)
+    parallel = layout.model_parallel and profile.split is not None and rejection is None
+    mem = step_memory(job, profile, hw, strategy, catalog, micro_steps=micro_steps) if parallel or not layout.model_parallel \
+        else step_memory(job, profile, replace(hw, layout=replace(layout, tp=1, pp=1, vpp=1, cp=1, ep=1, sequence_parallel=False)),
+                         strategy, catalog, micro_steps=micro_steps)  # a rejected layout still shows the data-parallel figure
     rejection = rejection or memory_rejection(mem, hw, catalog, profile.source)
 
     seconds, mfu, breakdown = float("inf"), None, {}
     notes = list(profile.notes)
     if acc is not None:
         eff = efficiency if efficiency is not None else default_efficiency(catalog, acc.id, profile.mfu_width)
-        st = step_time(
-            hw=hw, strategy=strategy, catalog=catalog, precision=job.precision, optimizer=job.optimizer,
-            micro_steps=micro_steps, flops_forward=profile.flops.forward,
-            flops_backward=profile.flops.backward + profile.flops.recompute, flops_model=profile.flops.model,
-            trainable_params=profile.params.trainable, total_params=profile.params.total, efficiency=eff,
-            adafactor_elems_per_param=profile.params.factored_state_elems,
-            split=profile.flops.split if efficiency is None else None,  # a measured efficiency covers the whole step
-        )  # fmt: skip
+        if parallel:
+            assert profile.split is not None
+            loads = stage_loads(profile.split, layout, micro_steps)
+            st = parallel_step_time(
+                hw=hw, strategy=strategy, catalog=catalog, precision=job.precision, optimizer=job.optimizer,
+                micro_steps=micro_steps, flops_forward=profile.flops.forward,
+                flops_backward=profile.flops.backward + profile.flops.recompute, flops_model=profile.flops.model,
+                trainable_local=max(ld.dense_params + ld.expert_params for ld in loads), efficiency=eff,
+                model_split=profile.split, adafactor_elems_per_param=profile.params.factored_state_elems,
+                split=profile.flops.split if efficiency is None else None,
+            )  # fmt: skip
+        else:
+            st = step_time(
+                hw=hw, strategy=strategy, catalog=catalog, precision=job.precision, optimizer=job.optimizer,
+                micro_steps=micro_steps, flops_forward=profile.flops.forward,
+                flops_backward=profile.flops.backward + profile.flops.recompute, flops_model=profile.flops.model,
+                trainable_params=profile.params.trainable, total_params=profile.params.total, efficiency=eff,
+                adafactor_elems_per_param=profile.params.factored_state_elems,
+                split=profile.flops.split if efficiency is None else None,  # a measured efficiency covers the whole step
+            )  # fmt: skip
         seconds, mfu, breakdown = st.seconds, st.mfu, st.breakdown
         if st.reason and rejection is None:
             rejection = Rejection(RejectKind.MISSING_FIGURE, st.reason)
@@ -234,7 +310,7 @@ def compose(
         mfu=mfu,
         params=profile.params.total,
         trainable_params=profile.params.trainable,
-        flops_per_step=micro_steps * profile.flops.hardware,
+        flops_per_step=micro_steps * profile.flops.hardware / (layout.tp * layout.pp * layout.cp),  # the rank's share
         time_breakdown=breakdown,
         calibrated=efficiency is not None,
         notes=tuple(notes),

@@ -278,8 +278,12 @@ def layer_activation_bytes(
     fused_kernels: FusedKernels = FusedKernels.NONE,
     down_proj_keeps_input: bool = True,
     gelu_python: bool = False,
+    split: list[tuple[float, float]] | None = None,
 ) -> float:
     """Activation bytes one transformer block keeps for backward (Korthikanti et al. 2022, eq. 1, term by term).
+
+    ``split``: when given, (replicated, tensor-parallel sharded) bytes are appended to it — the parts a
+    tensor-parallel layout keeps whole and divides (estimate/parallel.py).
 
     Terms per token (e = bytes of the compute dtype):
     two norms; the QKV input (e·h); Q, K, V (e·(q + 2kv)); the attention
@@ -344,7 +348,15 @@ def layer_activation_bytes(
     masks = 2.0 * hidden if dropout else 0.0  # 1-byte masks after attention and after the MLP
     if checkpointing is Checkpointing.SELECTIVE:
         core = 4.0 * heads if flash_attention else 0.0  # attention core recomputed (Korthikanti Sec. 4.2)
-    return tokens * (norms + attn_linear + core + mlp_bytes + masks)
+    # Outside the tensor-parallel regions (Korthikanti et al. 2022, Sec. 4.2.1): the norms, the inputs of the QKV
+    # and first MLP projections (the norms' outputs, full width h) and the dropout masks — 10·sbh for a GPT block,
+    # replicated on every tensor-parallel rank unless sequence parallelism shards them; the rest lies inside the
+    # column/row-parallel pairs and divides by the tensor-parallel degree.
+    replicated = norms + 2 * e * hidden + masks
+    total = norms + attn_linear + core + mlp_bytes + masks
+    if split is not None:
+        split.append((tokens * replicated, tokens * (total - replicated)))
+    return tokens * total
 
 
 def checkpointed_activation_bytes(

@@ -18,6 +18,7 @@ from enum import Enum
 from typing import Any
 
 from trainplan.estimate.compute import StepFlops
+from trainplan.estimate.parallel import ModelSplit
 from trainplan.strategies import Engine
 
 
@@ -103,6 +104,9 @@ class StepProfile:
     stack: str = "plain"
     trace: dict[str, Any] | None = field(default=None, compare=False)  # the traced single-device step, for reports
     eager: EagerOps | None = None  # a traced profile's operators (the CPU time model prices them); None: analytic
+    # what tensor / pipeline / context / expert parallelism divides (analytic transformer profiles only;
+    # estimate/parallel.py); None: the profile is planned data parallel only
+    split: ModelSplit | None = None
 
     # Names the tests and reports know from the trace result.
     @property

@@ -167,6 +167,24 @@ class Estimate:
     def devices(self) -> int:
         return self.hardware.layout.world_size
 
+    @property
+    def setup(self) -> str:
+        """The strategy, with the model-parallel degrees when the layout splits the model (``fsdp tp8·pp8·dp8+sp``)."""
+        layout = self.hardware.layout
+        return f"{self.strategy} {layout.describe()}" if layout.model_parallel else self.strategy
+
+    def _parallel(self) -> dict[str, Any] | None:
+        """The layout's degrees (neural jobs on accelerators; None for tabular and CPU options)."""
+        from trainplan.strategies import Strategy
+
+        if self.kind == "tabular" or self.hardware.accelerator is None:
+            return None
+        try:
+            strategy = Strategy(self.strategy)
+        except ValueError:
+            return None
+        return self.hardware.layout.to_dict(strategy)
+
     def to_dict(self) -> dict[str, Any]:
         hw = self.hardware
         m = self.memory
@@ -174,6 +192,7 @@ class Estimate:
             "kind": self.kind,
             "fits": self.fits,
             "strategy": self.strategy,
+            "parallel": self._parallel(),
             "accelerator": hw.accelerator.id if hw.accelerator else None,
             "count": hw.layout.gpus_per_node if hw.accelerator else 0,
             "nodes": hw.layout.nodes,

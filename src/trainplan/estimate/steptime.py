@@ -7,15 +7,16 @@ apply the same strategy rules.  Sources of each term are cited in
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from trainplan.catalog import Catalog
 from trainplan.estimate.compute import KernelSplit
 from trainplan.estimate.comms import Links, comm_plan, exposed_comm_seconds
+from trainplan.estimate.parallel import ModelSplit, bubble_fraction, dp_group, parallel_comm, stage_layers
 from trainplan.estimate.memory import gradient_bytes_per_param, optimizer_bytes_per_param, weight_bytes_per_param
 from trainplan.estimate.result import Hardware
 from trainplan.spec import Optimizer, Precision
-from trainplan.strategies import Engine, Strategy
+from trainplan.strategies import Engine, Layout, Strategy
 
 
 @dataclass(frozen=True)
@@ -169,3 +170,77 @@ def step_time(
     mfu = micro_steps * flops_model / (total * peak) if 0 < total < float("inf") else None
     breakdown = {"compute_s": compute, "comm_exposed_s": t_comm, "optimizer_s": t_opt, "offload_s": t_offload}
     return StepTime(total, mfu, breakdown, reason)
+
+
+def parallel_step_time(
+    *,
+    hw: Hardware,
+    strategy: Strategy,
+    catalog: Catalog,
+    precision: Precision,
+    optimizer: Optimizer,
+    micro_steps: int,
+    flops_forward: float,
+    flops_backward: float,
+    flops_model: float,
+    trainable_local: float,
+    efficiency: float,
+    model_split: ModelSplit,
+    adafactor_elems_per_param: float = 0.0,
+    split: KernelSplit | None = None,
+) -> StepTime:
+    """Seconds per optimizer step of a tensor / pipeline / context / expert parallel layout.
+
+    Each rank computes 1/(tp·pp·cp) of every micro-batch's FLOPs (its shard of each layer, its stage, its part of
+    the sequence) at the single-device rates of :func:`step_time`; the data-parallel strategy's collectives run over
+    the rank's data-parallel group (:func:`~trainplan.estimate.parallel.dp_group`, with its share of the node's
+    network) on its shard of the parameters; the model-parallel collectives of each micro-batch
+    (:func:`~trainplan.estimate.parallel.parallel_comm`) are added on the critical path — tensor-parallel
+    all-reduces, expert all-to-alls and pipeline sends are not overlapped (Megatron-LM without its optional
+    communication overlap), context parallelism's ring exchange hides behind compute up to ``comm_overlap``
+    (Ring Attention overlaps it with the attention of the chunk in hand) — and the pipeline bubble adds
+    (p − 1)/v micro-batch times (Narayanan et al. 2021, Sec. 2.2).
+    """
+    layout = hw.layout
+    # this rank's share of a micro-batch's FLOPs: its tensor and sequence shard of the slowest stage's blocks
+    shard = layout.tp * layout.cp * model_split.layers / stage_layers(model_split, layout)
+    g, nodes = dp_group(layout)
+    per_node = layout.gpus_per_node
+    dp_hw = replace(hw, layout=Layout(gpus_per_node=g, nodes=nodes),
+                    network_gbps=(hw.network_gbps or 0.0) * g / per_node or None)  # fmt: skip
+    kernels = None
+    if split is not None:
+        kernels = KernelSplit(*(getattr(split, f) / shard for f in (
+            "attention_forward", "attention_backward", "bytes_forward", "bytes_backward", "fp8_forward", "fp8_backward")))
+    # Under a pipeline schedule the data-parallel collectives run once per step, not per micro-batch: FSDP keeps the
+    # stage's parameters gathered across its micro-batches and reduces the gradients after the last one (Llama 3,
+    # Dubey et al. 2024, Sec. 3.3.2: "we do not reshard after forward computation"; torchtitan turns
+    # reshard_after_forward off under PP), so the step is priced as one micro-step of m times the work.
+    once = layout.pp > 1
+    k = micro_steps if once else 1
+    if kernels is not None and once:
+        kernels = KernelSplit(*(getattr(kernels, f) * k for f in (
+            "attention_forward", "attention_backward", "bytes_forward", "bytes_backward", "fp8_forward", "fp8_backward")))
+    base = step_time(hw=dp_hw, strategy=strategy, catalog=catalog, precision=precision, optimizer=optimizer,
+                     micro_steps=1 if once else micro_steps, flops_forward=k * flops_forward / shard,
+                     flops_backward=k * flops_backward / shard, flops_model=k * flops_model / shard,
+                     trainable_params=trainable_local, total_params=trainable_local, efficiency=efficiency,
+                     adafactor_elems_per_param=adafactor_elems_per_param, split=kernels)  # fmt: skip
+    if base.reason:
+        return base
+    try:
+        comm = parallel_comm(model_split, layout, links_for(hw, catalog))
+    except ValueError as exc:
+        return StepTime(float("inf"), None, base.breakdown, str(exc))
+    m = micro_steps
+    per_micro = base.breakdown["compute_s"] / m
+    context = max(0.0, comm.context - catalog.assumption("comm_overlap") * per_micro)
+    model_comm = comm.tensor + comm.expert + comm.pipeline + context
+    bubble = bubble_fraction(layout, m) * m * (per_micro + model_comm)
+    total = base.seconds + m * model_comm + bubble
+    acc = hw.accelerator
+    assert acc is not None
+    peak = (acc.peak_tflops(precision.half or "fp32") or acc.peak_tflops("fp32") or 0.0) * 1e12
+    breakdown = dict(base.breakdown, tp_comm_s=m * comm.tensor, cp_comm_exposed_s=m * context, ep_comm_s=m * comm.expert,
+                     pp_comm_s=m * comm.pipeline, pipeline_bubble_s=bubble)  # fmt: skip
+    return StepTime(total, m * flops_model / shard / (total * peak), breakdown, None)

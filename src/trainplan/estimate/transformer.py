@@ -24,6 +24,7 @@ from trainplan.estimate.memory import (
     norm_saved_bytes_per_token,
     optimizer_foreach_temporary_bytes,
 )
+from trainplan.estimate.parallel import ModelSplit
 from trainplan.estimate.profile import Params, ProfileSource, StepMemory, StepProfile
 from trainplan.estimate.result import Estimate, Hardware
 from trainplan.estimate.stack import Knobs, effective_knobs
@@ -129,7 +130,14 @@ def _attention_output_copy(job: TransformerJob, arch: ModelArch, k: Knobs) -> bo
 
 def _layer_bytes(job: TransformerJob, arch: ModelArch, k: Knobs, ffn_hidden: int) -> float:
     """Activations one block keeps (Korthikanti et al. 2022 term by term, ``memory.layer_activation_bytes``)."""
-    return layer_activation_bytes(
+    return sum(layer_split(job, arch, k, ffn_hidden))
+
+
+def layer_split(job: TransformerJob, arch: ModelArch, k: Knobs, ffn_hidden: int) -> tuple[float, float]:
+    """One block's activations as (outside, inside) the tensor-parallel regions (``memory.layer_activation_bytes``);
+    MLA's latents and Gemma's extra norms are full-width and stay outside."""
+    split: list[tuple[float, float]] = []
+    layer_activation_bytes(
         seq_len=job.seq_len,
         micro_batch=job.micro_batch,
         hidden=arch.hidden,
@@ -150,8 +158,12 @@ def _layer_bytes(job: TransformerJob, arch: ModelArch, k: Knobs, ffn_hidden: int
         fused_kernels=k.fused_kernels,
         gelu_python=arch.gelu_python,
         down_proj_keeps_input=job.lora_spec is None or "down_proj" in arch_mod.lora_targets(arch, job.lora_spec),
-    ) + job.seq_len * job.micro_batch * (mla_latent_bytes_per_token(arch, job.precision) + block_norm_extra_bytes_per_token(
+        split=split,
+    )
+    replicated, sharded = split[0]
+    extra = job.seq_len * job.micro_batch * (mla_latent_bytes_per_token(arch, job.precision) + block_norm_extra_bytes_per_token(
         arch, job.precision, trainable=job.lora_spec is None))
+    return replicated + extra, sharded
 
 
 def mla_latent_bytes_per_token(arch: ModelArch, precision: Precision) -> float:
@@ -300,6 +312,55 @@ def fp8_gemm_terms(job: TransformerJob, arch: ModelArch) -> tuple[float, tuple[f
     return float(weights), (forward, backward)
 
 
+def model_split(job: TransformerJob, m: TransformerModel, knobs: Knobs) -> ModelSplit | None:
+    """What tensor / pipeline / context / expert parallelism divides (estimate/parallel.py), for full training of
+    a decoder-only model; None otherwise (encoder-decoder stacks and adapters are planned data parallel only)."""
+    arch = m.arch
+    if arch.arch != "decoder" or job.method is not Method.FULL or knobs.activation_offloading:
+        return None
+    replicated, sharded = layer_split(job, arch, knobs, arch.ffn_hidden)
+    moe_sharded, expert = sharded, 0.0
+    if arch.moe is not None:
+        _, moe_sharded = layer_split(job, arch, knobs, arch.moe.shared_ffn_hidden)
+        expert = routed_expert_bytes(job, arch)
+    tokens, e = job.seq_len * job.micro_batch, job.precision.compute_bytes
+    head = head_activation_bytes(job, arch, knobs)
+    head_replicated = tokens * (norm_saved_bytes_per_token(arch.hidden, arch.norm, job.precision, compiled=knobs.compile)
+                                + arch.hidden * e)  # fmt: skip
+    c = m.counts
+    vocab_params = arch.vocab * arch.hidden
+    return ModelSplit(
+        layers=arch.blocks,
+        extra_last_layers=arch.mtp_layers,
+        moe_layers=arch.moe_layers if arch.moe is not None else 0,
+        heads=arch.heads,
+        kv_heads=arch.kv_heads or arch.heads,
+        seq_len=job.seq_len,
+        tokens=tokens,
+        hidden=arch.hidden,
+        kv_dim=arch_mod.kv_inner_dim(arch),
+        compute_bytes=e,
+        experts=arch.moe.experts if arch.moe is not None else 0,
+        top_k=arch.moe.top_k if arch.moe is not None else 0,
+        block_params=float(c.block_linear + c.block_other - c.routed_experts),
+        expert_params=float(c.routed_experts),
+        embedding_params=float(c.embedding),
+        head_params=float(c.lm_head or (vocab_params if arch.has_lm_head else 0)),
+        tied=c.lm_head == 0,
+        replicated=replicated,
+        sharded=sharded,
+        moe_sharded=moe_sharded,
+        expert_activations=expert,
+        block_input=tokens * arch.hidden * e,
+        full_recompute=job.activation_checkpointing is Checkpointing.FULL,
+        head_replicated=min(head, head_replicated),
+        head_sharded=max(0.0, head - head_replicated),
+        # Megatron's first stage also keeps the int64 input ids and, with dropout, the embedding's 1-byte mask
+        # (theoretical_memory_usage.py compute_activation_memory: 8·s·b and s·b·h per micro-batch in flight)
+        embedding_activations=tokens * (8 + (arch.hidden if arch.dropout > 0 else 0)),
+    )
+
+
 def transformer_profile(job: TransformerJob, catalog: Catalog | None = None, *, model: TransformerModel | None = None) -> StepProfile:
     """One micro-batch step of ``job`` from the formulas: parameters, FLOPs, memory by category."""
     cat = catalog or get_catalog()
@@ -369,6 +430,7 @@ def transformer_profile(job: TransformerJob, catalog: Catalog | None = None, *, 
         notes=knobs.notes,
         engines=knobs.engines,
         stack=job.stack.value,
+        split=model_split(job, m, knobs),
     )
 
 

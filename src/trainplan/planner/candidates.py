@@ -17,9 +17,15 @@ from trainplan.planner.this_machine import this_machine_candidates
 from trainplan.spec import Constraints, Job, TabularJob, TorchJob, TransformerJob
 from trainplan.strategies import Strategy, strategies_for
 
-__all__ = ["NODE_COUNTS", "candidates", "hardware_for_cpus", "hardware_for_gpu", "hardware_for_instance"]
+__all__ = ["candidates", "gpu_hardware", "hardware_for_cpus", "hardware_for_gpu", "hardware_for_instance", "node_counts"]
 
-NODE_COUNTS = (1, 2, 4, 8, 16, 32, 64)
+
+def node_counts(gpus_per_node: int, max_gpus: int) -> Iterator[int]:
+    """1, 2, 4, … nodes while the job's ``constraints.max_gpus`` allows: no cap of trainplan's own."""
+    nodes = 1
+    while gpus_per_node * nodes <= max_gpus:
+        yield nodes
+        nodes *= 2
 
 
 def _allowed(inst: Instance, c: Constraints) -> bool:
@@ -30,8 +36,24 @@ def _allowed(inst: Instance, c: Constraints) -> bool:
     return inst.accelerator_count <= c.max_gpus
 
 
+def gpu_hardware(job: Job, catalog: Catalog) -> Iterator[Hardware]:
+    """Every GPU instance of the catalog the job's constraints allow, on 1, 2, 4 … nodes (multi-node where the
+    instance has a network figure and at least 4 GPUs)."""
+    c = job.constraints
+    for inst in catalog.instances:
+        if inst.accelerator is None or not _allowed(inst, c):
+            continue
+        spot = c.spot and inst.cloud != "local"
+        multi_node_ok = inst.cloud != "local" and inst.accelerator_count >= 4 and bool(inst.network_gbps)
+        for nodes in node_counts(max(1, inst.accelerator_count), c.max_gpus):
+            if nodes > 1 and not multi_node_ok:
+                break
+            yield hardware_for_instance(inst, catalog, nodes=nodes, spot=spot)
+
+
 def candidates(job: Job, catalog: Catalog) -> Iterator[tuple[Hardware, Strategy | None]]:
-    """Every (hardware, strategy) worth estimating for ``job`` under its constraints."""
+    """Every (hardware, strategy) worth estimating for ``job`` under its constraints, data parallel; the
+    model-parallel layouts of the same hardware are searched apart (planner/layouts.py)."""
     c = job.constraints
     for inst in catalog.instances:
         if not _allowed(inst, c):
@@ -40,17 +62,11 @@ def candidates(job: Job, catalog: Catalog) -> Iterator[tuple[Hardware, Strategy 
         if isinstance(job, TabularJob):
             yield hardware_for_instance(inst, catalog, spot=spot), None
             continue
-        if inst.accelerator is None:
-            if isinstance(job, (TransformerJob, TorchJob)):  # CPUs: one process on every core (estimate/cpu.py)
-                yield hardware_for_instance(inst, catalog, spot=spot), Strategy.SINGLE
-            continue
-        multi_node_ok = inst.cloud != "local" and inst.accelerator_count >= 4 and bool(inst.network_gbps)
-        for nodes in NODE_COUNTS:
-            if nodes > 1 and not multi_node_ok:
-                break
-            if inst.accelerator_count * nodes > c.max_gpus:
-                break
-            hw = hardware_for_instance(inst, catalog, nodes=nodes, spot=spot)
+        if inst.accelerator is None and isinstance(job, (TransformerJob, TorchJob)):
+            # CPUs: one process on every core (estimate/cpu.py)
+            yield hardware_for_instance(inst, catalog, spot=spot), Strategy.SINGLE
+    if not isinstance(job, TabularJob):
+        for hw in gpu_hardware(job, catalog):
             for strategy in strategies_for(hw.layout.world_size):
                 yield hw, strategy
     if isinstance(job, (TransformerJob, TorchJob)):

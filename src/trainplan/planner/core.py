@@ -16,11 +16,13 @@ from trainplan.errors import InfeasibleError, SpecError
 from trainplan.estimate.compose import compose
 from trainplan.estimate.energy import option_energy, step_utilisation
 from trainplan.estimate.hardware import Hardware
+from trainplan.estimate.parallel import layout_error
 from trainplan.estimate.profile import ProfileSource, StepProfile
 from trainplan.estimate.result import Estimate, Rejection, RejectKind
 from trainplan.estimate.tabular import estimate_tabular
 from trainplan.estimate.transformer import transformer_profile
-from trainplan.planner.candidates import candidates
+from trainplan.planner.candidates import candidates, gpu_hardware
+from trainplan.planner.layouts import search_layouts
 from trainplan.planner.this_machine import THIS_MACHINE
 from trainplan.spec import Checkpointing, Job, KerasJob, Method, ScriptJob, TabularJob, TorchJob, TransformerJob
 from trainplan.strategies import Strategy, strategies_for
@@ -226,8 +228,8 @@ def rank(estimates: Iterable[Estimate], job: Job, objective: Objective) -> Plan:
     warnings = []
     if ok and ok[0].borderline:
         safe = next((i for i, e in enumerate(ok) if not e.borderline), None)
-        alt = f"; the best option with a safe margin is #{safe + 1} ({ok[safe].hardware.label}, {ok[safe].strategy})" if safe is not None else ""
-        warnings.append(f"the top option ({ok[0].hardware.label}, {ok[0].strategy}) is {ok[0].memory_verdict()}{alt}")
+        alt = f"; the best option with a safe margin is #{safe + 1} ({ok[safe].hardware.label}, {ok[safe].setup})" if safe is not None else ""
+        warnings.append(f"the top option ({ok[0].hardware.label}, {ok[0].setup}) is {ok[0].memory_verdict()}{alt}")
     return Plan(objective=objective, options=tuple(ok), rejected=tuple(rejected), pareto=pareto_front(ok),
                 warnings=tuple(warnings), unowned=tuple(unowned))  # fmt: skip
 
@@ -283,7 +285,11 @@ def plan_job(
     obj = Objective(objective)
     profile = None if isinstance(job, TabularJob) else job_profile(job, cat, trace=trace)
     est = make_estimator(job, cat, efficiency_for=efficiency_for, profile=profile, regions=regions)
-    plan = rank((est(hw, s) for hw, s in candidates(job, cat)), job, obj)
+    estimates = [est(hw, s) for hw, s in candidates(job, cat)]
+    if isinstance(job, TransformerJob) and profile is not None and profile.split is not None:
+        # tensor / pipeline / context / expert parallel layouts of the same GPUs (planner/layouts.py)
+        estimates += search_layouts(job, profile, gpu_hardware(job, cat), cat, est)
+    plan = rank(estimates, job, obj)
     if hints and profile is not None:
         remedies = hint_remedies(job, cat, profile)
         plan = replace(plan, rejected=tuple(with_hint(e, job, cat, profile, remedies) for e in plan.rejected))
@@ -298,7 +304,7 @@ def require_options(plan: Plan, job: Job) -> Plan:
     if plan.unowned:
         best = plan.unowned[0]
         raise InfeasibleError(
-            f"nothing the job can use fits; owned hardware it does not list would ({best.hardware.label}, {best.strategy}, "
+            f"nothing the job can use fits; owned hardware it does not list would ({best.hardware.label}, {best.setup}, "
             f"{best.hours:.1f} h) — add it to constraints.owned if you have it",
             field="constraints.owned",
         )
@@ -308,20 +314,20 @@ def require_options(plan: Plan, job: Job) -> Plan:
         fastest = min(fitting, key=lambda e: e.hours)
         raise InfeasibleError(
             f"no option meets deadline_hours={c.deadline_hours:g}; the fastest takes {fastest.hours:.1f} h "
-            f"({fastest.hardware.label}, {fastest.strategy})",
+            f"({fastest.hardware.label}, {fastest.setup})",
             field="constraints.deadline_hours",
         )
     if fitting and c.budget_usd is not None:
         cheapest = min(fitting, key=lambda e: e.cost_usd)
         raise InfeasibleError(
             f"no option meets budget_usd={c.budget_usd:g}; the cheapest costs ${cheapest.cost_usd:,.0f} "
-            f"({cheapest.hardware.label}, {cheapest.strategy})",
+            f"({cheapest.hardware.label}, {cheapest.setup})",
             field="constraints.budget_usd",
         )
     if not plan.rejected:
         raise InfeasibleError("no catalog hardware matches clouds/max_gpus/spot", field="constraints")
     raise InfeasibleError(
-        f"no option fits; closest: {plan.rejected[0].hardware.label} {plan.rejected[0].strategy}: {plan.rejected[0].reason}",
+        f"no option fits; closest: {plan.rejected[0].hardware.label} {plan.rejected[0].setup}: {plan.rejected[0].reason}",
         field="constraints",
     )
 
@@ -375,6 +381,19 @@ def with_hint(e: Estimate, job: Job, catalog: Catalog, profile: StepProfile | No
     return replace(e, hint=fit_hint(job, e.hardware, Strategy(e.strategy), catalog, profile, remedies))
 
 
+def check_layout(profile: StepProfile, hw: Hardware, strategy: Strategy | None) -> None:
+    """Refuse, in one line naming the flag, a model-parallel layout the job or the hardware cannot take."""
+    if hw.accelerator is None or hw.accelerator.kind != "gpu":
+        raise SpecError("tensor / pipeline / context / expert parallel layouts are planned on GPUs", field="--tp/--pp/--cp/--ep")
+    if profile.split is None:
+        raise SpecError("tensor / pipeline / context / expert parallel layouts are planned from the formulas for full "
+                        "training of decoder models (not --trace, LoRA / QLoRA, encoder models or activation offloading)",
+                        field="--tp/--pp/--cp/--ep")  # fmt: skip
+    err = layout_error(profile.split, hw.layout, strategy or Strategy.FSDP)
+    if err is not None:
+        raise SpecError(err[1], field=err[0])
+
+
 def estimate_option(
     job: Job,
     hw: Hardware,
@@ -391,12 +410,17 @@ def estimate_option(
     if isinstance(job, TabularJob):
         return make_estimator(job, catalog, efficiency_for=efficiency_for, regions=regions)(hw, None)
     profile = job_profile(job, catalog, trace=trace)
+    if hw.layout.model_parallel:
+        check_layout(profile, hw, strategy)
     est = make_estimator(job, catalog, efficiency_for=efficiency_for, profile=profile, regions=regions)
     if strategy is not None:
         e = est(hw, strategy)
     else:
         # CPUs run one process on every core (estimate/cpu.py); GPUs try every strategy of their layout
-        tried = [est(hw, s) for s in ((Strategy.SINGLE,) if hw.accelerator is None else strategies_for(hw.layout.world_size))]
+        choices = (Strategy.SINGLE,) if hw.accelerator is None else strategies_for(hw.layout.world_size)
+        if hw.layout.model_parallel:
+            choices = tuple(s for s in choices if layout_error(profile.split, hw.layout, s) is None)  # type: ignore[arg-type]
+        tried = [est(hw, s) for s in choices]
         fitting = sorted((x for x in tried if x.fits), key=rank_key(Objective.TIME))
         e = fitting[0] if fitting else min(tried, key=lambda x: x.memory.peak)
     return with_hint(e, job, catalog, profile)

@@ -89,10 +89,10 @@ class ReportInput:
 
 def figure_options(plan: Plan) -> tuple[list[F.Option], list[F.Option], F.Option | None]:
     """(memory chart rows, scatter points, the chosen option) from a plan."""
-    ranked = [F.Option(e.hardware.label + f" · {e.strategy}", e.to_dict(), "option", i + 1, i in plan.pareto)
+    ranked = [F.Option(e.hardware.label + f" · {e.setup}", e.to_dict(), "option", i + 1, i in plan.pareto)
               for i, e in enumerate(plan.options)]  # fmt: skip
     memory_rejected = [e for e in plan.rejected if e.rejection and e.rejection.kind is RejectKind.DEVICE_MEMORY]
-    mem = ranked[:MEMORY_OPTIONS] + [F.Option(e.hardware.label + f" · {e.strategy}", e.to_dict(), "rejected")
+    mem = ranked[:MEMORY_OPTIONS] + [F.Option(e.hardware.label + f" · {e.setup}", e.to_dict(), "rejected")
                                      for e in memory_rejected[:MEMORY_REJECTED]]  # fmt: skip
     over = [F.Option(e.hardware.label, e.to_dict(), "over-constraint") for e in plan.rejected
             if e.rejection and e.rejection.kind in CONSTRAINT_KINDS]  # fmt: skip
@@ -106,7 +106,7 @@ def _options_table(plan: Plan) -> str:
         m = d["memory"]
         rows.append(
             "<tr>" + "".join(f"<td>{c}</td>" for c in (
-                i + 1, esc(e.hardware.label), esc(devices_text(e)), esc(e.strategy),
+                i + 1, esc(e.hardware.label), esc(devices_text(e)), esc(e.setup),
                 f"{m['peak_gib']:.1f} / {m['capacity_gib']:.0f}", esc(fmt_hours(e.hours)), esc(fmt_usd(e.cost_usd)),
                 esc(", ".join(flags(plan, i, e))),
             )) + "</tr>"
@@ -120,7 +120,7 @@ def _rejected_table(plan: Plan, limit: int = 10) -> str:
     if not plan.rejected:
         return ""
     rows = "".join(
-        f"<tr><td>{esc(e.hardware.label)}</td><td>{esc(e.strategy)}</td><td>{esc(e.reason or '')}"
+        f"<tr><td>{esc(e.hardware.label)}</td><td>{esc(e.setup)}</td><td>{esc(e.reason or '')}"
         + (f" → {esc(e.hint)}" if e.hint else "") + "</td></tr>"
         for e in plan.rejected[:limit]
     )  # fmt: skip

@@ -152,7 +152,7 @@ def _row(e: Any, rank: int, pareto: bool) -> dict[str, Any]:
     d = e.to_dict()
     m = d["memory"]
     devices = f"{d['count'] * d['nodes']}×{d['accelerator']}" if d["accelerator"] else f"{d['vcpus']} vCPU"
-    return {"rank": rank, "option": e.hardware.label, "devices": devices, "strategy": e.strategy,
+    return {"rank": rank, "option": e.hardware.label, "devices": devices, "strategy": e.setup,
             "peak_gib": m["peak_gib"], "capacity_gib": m["capacity_gib"], "hours": d["hours"], "cost_usd": d["cost_usd"],
             "pareto": pareto, "this_machine": is_this_machine(e.hardware)}  # fmt: skip
 

@@ -1,0 +1,293 @@
+"""Tensor, sequence, pipeline, context and expert parallelism: what one device holds and what it waits for.
+
+Pure functions over a :class:`ModelSplit` (the analytic profile's quantities, before any split) and a
+:class:`~trainplan.strategies.Layout` (the degrees).  The composer (``compose.py``) applies them term by term;
+no combination of degrees has a special case.  Sources:
+
+* Parameters per rank — Shoeybi et al. 2019 ("Megatron-LM", Sec. 3): every linear layer of a block is split
+  column- then row-wise over the ``tp`` ranks, the embedding and output layer over the vocabulary; Narayanan
+  et al. 2021 ("Efficient Large-Scale Language Model Training on GPU Clusters", Sec. 2.2): ``pp`` stages of
+  L/pp blocks, the first holding the embedding, the last the output layer (a copy of the embedding when tied).
+  The most loaded rank is what Megatron-LM's ``theoretical_memory_usage.py`` reports
+  (``num_parameters_on_most_loaded_model_shard``).
+* Activations — Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models",
+  Table 2): per block sbh(10 + 24/t + 5as/(ht)) with tensor parallelism, sbh/t·(34 + 5as/h) with sequence
+  parallelism, 2sbh with full recomputation; the first pipeline stage keeps min(m, p) micro-batches in flight
+  under 1F1B, times 1 + (p − 1)/(p·v) interleaved (Sec. 4.2.3; Megatron's ``compute_activation_memory``).
+  Context parallelism divides the sequence each rank holds (Megatron Core context parallel docs; Liu et al.
+  2023, "Ring Attention").
+* Experts — Lepikhin et al. 2020 ("GShard"): expert parallelism places E/ep experts per rank; tokens reach
+  them through two all-to-alls forward (dispatch, combine) and two backward.
+* Communication per micro-batch — Korthikanti Sec. 4.2.2: tensor parallelism all-reduces (or, with sequence
+  parallelism, reduce-scatters and all-gathers, the same bytes) the sbh activations twice per block forward and
+  twice backward, twice more when full recomputation re-runs the forward; pipeline stages exchange one
+  sbh/t activation (and its gradient) per micro-batch (scatter-gather, Narayanan Sec. 4.1); context
+  parallelism circulates K and V around a ring of cp ranks, overlapped with attention (Ring Attention).
+* The pipeline bubble — Narayanan Sec. 2.2: (p − 1)/m of the ideal time, (p − 1)/(v·m) interleaved.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainplan.estimate.comms import Links, collective_seconds
+from trainplan.strategies import Layout, Strategy, ZeroStage
+
+
+@dataclass(frozen=True)
+class ModelSplit:
+    """What model parallelism divides, for one micro-batch of an analytic transformer profile (nothing split)."""
+
+    layers: int  # blocks a pipeline divides into stages
+    extra_last_layers: int  # blocks the last stage adds (DeepSeek-V3's multi-token-prediction modules)
+    moe_layers: int  # MoE blocks among ``layers``
+    heads: int
+    kv_heads: int
+    seq_len: int
+    tokens: int  # seq_len × micro_batch
+    hidden: int
+    kv_dim: int
+    compute_bytes: float
+    experts: int  # routed experts per MoE layer (0: dense)
+    top_k: int
+    # parameters
+    block_params: float  # all blocks, routed experts excluded
+    expert_params: float  # the routed experts of all MoE layers
+    embedding_params: float
+    head_params: float  # the output projection (the embedding's size when tied: the last stage keeps a copy)
+    tied: bool
+    # activations of one block for one micro-batch: outside / inside the tensor-parallel regions
+    replicated: float
+    sharded: float  # a dense block's
+    moe_sharded: float  # an MoE block's (its shared experts in place of the dense MLP)
+    expert_activations: float  # what one MoE layer's router and routed experts add
+    block_input: float  # s·b·h·e: the checkpoint full recomputation keeps per block
+    full_recompute: bool
+    head_replicated: float  # the final norm and the output projection's input
+    head_sharded: float  # the logits and the loss (vocabulary-parallel over tp)
+    embedding_activations: float  # the first stage's input ids and embedding dropout mask
+
+    @property
+    def total_params(self) -> float:
+        return self.block_params + self.expert_params + self.embedding_params + (0.0 if self.tied else self.head_params)
+
+
+@dataclass(frozen=True)
+class StageLoad:
+    """One pipeline stage's rank: its parameters (dense and routed experts) and its activations at the peak."""
+
+    name: str  # "first", "last" or "only"
+    dense_params: float  # on this rank (divided by tp)
+    expert_params: float  # on this rank (divided by ep)
+    activations: float  # bytes kept for backward at the stage's peak
+
+
+def layout_error(split: ModelSplit, layout: Layout, strategy: Strategy) -> tuple[str, str] | None:
+    """(field, message) when the layout does not go with the model or the strategy; None when it does."""
+    if layout.tp > 1 and (split.heads % layout.tp or split.kv_heads % layout.tp):
+        return "--tp", (f"tensor parallel degree {layout.tp} must divide the attention heads ({split.heads}) and key-value "
+                        f"heads ({split.kv_heads}); allowed: {_divisors(_gcd(split.heads, split.kv_heads))}")
+    if layout.pp > split.layers:
+        return "--pp", f"pipeline parallel degree {layout.pp} exceeds the model's {split.layers} layers"
+    if layout.pp * layout.vpp > split.layers:
+        return "--vpp", f"pp × vpp = {layout.pp * layout.vpp} model chunks exceed the model's {split.layers} layers"
+    if layout.cp > 1 and split.seq_len % (2 * layout.cp):
+        # load-balanced causal context parallelism cuts the sequence in 2·cp chunks (Megatron Core CP docs)
+        return "--cp", f"context parallel degree {layout.cp}: 2 × cp must divide seq_len {split.seq_len}"
+    if layout.ep > 1 and split.experts == 0:
+        return "--ep", "expert parallelism needs a mixture-of-experts model; this model is dense"
+    if layout.ep > 1 and split.experts % layout.ep:
+        return "--ep", f"expert parallel degree {layout.ep} must divide the {split.experts} experts; allowed: {_divisors(split.experts)}"
+    if strategy.offloads_optimizer:
+        return "--strategy", f"{strategy.value} offloads to the CPU; with tp/pp/cp/ep use ddp, zero1, zero2, zero3 or fsdp"
+    if layout.pp > 1 and strategy.engine.value == "deepspeed" and strategy.zero_stage >= ZeroStage.STAGE_2:
+        # DeepSpeed pipeline engine: "ZeRO stage 2 and 3 are not supported with pipeline parallelism" (its docs)
+        return "--strategy", f"DeepSpeed runs pipeline parallelism with ZeRO-1 at most; use zero1, ddp or fsdp with --pp {layout.pp}"
+    return None
+
+
+def _gcd(a: int, b: int) -> int:
+    while b:
+        a, b = b, a % b
+    return a
+
+
+def _divisors(n: int) -> str:
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+
+
+def stage_layers(split: ModelSplit, layout: Layout) -> int:
+    """Blocks on the most loaded pipeline rank: ceil(L / (pp·v))·v.  Uneven splits put the remainder on some stages
+    (Llama 3 runs 126 layers on 16 stages with 7 on the first and last, 8 on the others: Dubey et al. 2024,
+    Sec. 3.3.2); the slowest stage sets the pace and the fullest one the memory."""
+    chunks = layout.pp * layout.vpp
+    return -(-split.layers // chunks) * layout.vpp
+
+
+def in_flight_microbatches(layout: Layout, micro_steps: int) -> float:
+    """Micro-batches whose activations the first stage holds at once: min(m, p) under 1F1B, p·(1 + (p − 1)/(p·v))
+    interleaved (Korthikanti Sec. 4.2.3; Megatron's ``interleaved_schedule_memory_penalty``)."""
+    p, v = layout.pp, layout.vpp
+    if p == 1:
+        return 1.0
+    if v > 1:
+        return p * (1 + (p - 1) / (p * v))
+    return float(min(micro_steps, p))
+
+
+def block_activation_bytes(split: ModelSplit, layout: Layout, *, moe: bool) -> float:
+    """One block's activations for one micro-batch on one rank: the sharded part over tp, the replicated part over
+    tp only with sequence parallelism, everything over cp (each rank holds s/cp tokens)."""
+    tp, cp = layout.tp, layout.cp
+    seq_tp = tp if layout.sequence_parallel else 1
+    acts = split.replicated / seq_tp + (split.moe_sharded if moe else split.sharded) / tp
+    if moe:
+        # the routed tokens a rank handles: its own (sequence-sharded under SP), top_k each, whatever ep is
+        acts += split.expert_activations / seq_tp
+    return acts / cp
+
+
+def stage_loads(split: ModelSplit, layout: Layout, micro_steps: int) -> tuple[StageLoad, ...]:
+    """The first and the last pipeline stage (one stage when pp = 1): the candidates for the most loaded rank."""
+    tp, pp, cp, ep = layout.tp, layout.pp, layout.cp, layout.ep
+    seq_tp = tp if layout.sequence_parallel else 1
+    per_stage = stage_layers(split, layout)
+    moe_share = split.moe_layers / split.layers if split.layers else 0.0
+    dense_block = split.block_params / (split.layers + split.extra_last_layers)
+    expert_block = split.expert_params / (split.moe_layers + _mtp_moe(split)) if split.moe_layers else 0.0
+    dense_act = block_activation_bytes(split, layout, moe=False)
+    moe_act = block_activation_bytes(split, layout, moe=True)
+    layer_act = max(dense_act, moe_act) if split.moe_layers else dense_act
+    stage_layer_acts = per_stage * ((1 - moe_share) * dense_act + moe_share * moe_act)
+    if split.full_recompute:
+        # each block's input is kept (sequence-sharded under SP), one block at a time is recomputed
+        stage_layer_acts = per_stage * split.block_input / seq_tp / cp
+    head = (split.head_replicated / seq_tp + split.head_sharded / tp) / cp
+    embed = split.embedding_activations / cp
+    working = layer_act if split.full_recompute else 0.0
+
+    def load(name: str, layers: float, moe_layers: float, first: bool, last: bool, in_flight: float) -> StageLoad:
+        dense = layers * dense_block + (split.embedding_params if first else 0.0)
+        if last and (not first or not split.tied):
+            dense += split.head_params
+        acts = in_flight * (stage_layer_acts + (embed if first else 0.0)) + working + (head if last else 0.0)
+        return StageLoad(name, dense / tp, moe_layers * expert_block / ep, acts)
+
+    in_flight = in_flight_microbatches(layout, micro_steps)
+    if pp == 1:
+        return (load("only", split.layers + split.extra_last_layers, split.moe_layers + _mtp_moe(split), True, True, 1.0),)
+    stage_moe = per_stage * moe_share
+    last_extra = split.extra_last_layers
+    if split.full_recompute and last_extra:
+        stage_layer_acts_last = stage_layer_acts + last_extra * split.block_input / seq_tp / cp
+    else:
+        stage_layer_acts_last = stage_layer_acts + last_extra * moe_act
+    first = load("first", per_stage, stage_moe, True, False, in_flight)
+    last = load("last", per_stage + last_extra, stage_moe + _mtp_moe(split), False, True, 1.0)
+    last = StageLoad(last.name, last.dense_params, last.expert_params,
+                     last.activations + (stage_layer_acts_last - stage_layer_acts))  # fmt: skip
+    return first, last
+
+
+def _mtp_moe(split: ModelSplit) -> float:
+    return float(split.extra_last_layers) if split.moe_layers else 0.0
+
+
+# ----------------------------------------------------------------------------- communication
+
+
+@dataclass(frozen=True)
+class ParallelComm:
+    """Seconds of model-parallel communication for one micro-batch on one stage."""
+
+    tensor: float  # tp all-reduces (or reduce-scatter + all-gather pairs), on the critical path
+    context: float  # cp ring exchange of K and V, before overlap with attention
+    expert: float  # ep all-to-alls, on the critical path
+    pipeline: float  # the stage's send of its activation and receive of its gradient
+
+
+def dp_group(layout: Layout) -> tuple[int, int]:
+    """(ranks of one data-parallel group per node, nodes it spans).  Ranks are ordered tp, cp, dp, pp from the
+    innermost (Megatron Core's default order ``tp-cp-ep-dp-pp``; torchtitan's mesh likewise puts tp innermost), so a
+    group has gpus_per_node / (tp·cp) ranks in a node when tp·cp fills less than one node, else one."""
+    inner = layout.tp * layout.cp
+    per_node = max(1, layout.gpus_per_node // inner) if inner < layout.gpus_per_node else 1
+    per_node = min(per_node, layout.data_parallel)
+    return per_node, max(1, layout.data_parallel // per_node)
+
+
+def _group_seconds(bytes_: float, factor: float, ranks: int, stride: int, layout: Layout, links: Links) -> float:
+    """A ring collective over ``ranks`` ranks spaced ``stride`` apart in the rank order: inside the node while the
+    group fits in it, else across nodes with each rank's share (1/gpus_per_node) of the node's network."""
+    if ranks <= 1 or bytes_ <= 0:
+        return 0.0
+    g = layout.gpus_per_node
+    if ranks * stride <= g:
+        return collective_seconds(bytes_, factor, Layout(gpus_per_node=ranks), links)
+    in_node = max(1, g // stride) if stride < g else 1
+    nodes = max(1, ranks // in_node)
+    share = Links(links.intra_gb_s, (links.inter_node_gb_s or 0.0) * in_node / g or None)
+    return collective_seconds(bytes_, factor, Layout(gpus_per_node=in_node, nodes=nodes), share)
+
+
+def all_to_all_seconds(bytes_: float, ranks: int, stride: int, layout: Layout, links: Links) -> float:
+    """An all-to-all of ``bytes_`` per rank: (n − 1)/n of it leaves the rank (NCCL's all-to-all moves each rank's
+    shards directly), over NVLink inside a node, else over the rank's share of the node's network."""
+    if ranks <= 1 or bytes_ <= 0:
+        return 0.0
+    out = bytes_ * (ranks - 1) / ranks
+    if ranks * stride <= layout.gpus_per_node:
+        if not links.intra_gb_s:
+            raise ValueError("no intra-node bandwidth for expert parallelism inside a node")
+        return out / (links.intra_gb_s * 1e9)
+    if not links.inter_node_gb_s:
+        raise ValueError("no network bandwidth for expert parallelism across nodes")
+    return out / (links.inter_node_gb_s / layout.gpus_per_node * 1e9)
+
+
+def p2p_seconds(bytes_: float, within_node: bool, layout: Layout, links: Links) -> float:
+    """One rank sending ``bytes_`` to one other: over NVLink inside a node, else over its share of the node's NICs."""
+    if bytes_ <= 0:
+        return 0.0
+    if within_node:
+        if not links.intra_gb_s:
+            raise ValueError("no intra-node bandwidth for a model-parallel layout inside a node")
+        return bytes_ / (links.intra_gb_s * 1e9)
+    if not links.inter_node_gb_s:
+        raise ValueError("no network bandwidth for a model-parallel layout across nodes")
+    return bytes_ / (links.inter_node_gb_s / layout.gpus_per_node * 1e9)
+
+
+def parallel_comm(split: ModelSplit, layout: Layout, links: Links) -> ParallelComm:
+    """Model-parallel communication of one micro-batch on one pipeline stage (volumes in the module docstring)."""
+    tp, cp, pp, ep = layout.tp, layout.cp, layout.pp, layout.ep
+    e = split.compute_bytes
+    per_stage = stage_layers(split, layout)
+    act = split.tokens / cp * split.hidden * e  # one sbh activation of this rank's tokens
+    tensor = 0.0
+    if tp > 1:
+        collectives = 4 + (2 if split.full_recompute else 0)
+        tensor = per_stage * collectives * _group_seconds(act, 2, tp, 1, layout, links)
+    context = 0.0
+    if cp > 1:
+        kv = 2 * split.tokens / cp * split.kv_dim / tp * e  # this rank's K and V chunk
+        passes = 3 + (1 if split.full_recompute else 0)  # forward K,V; backward K,V and dK,dV; recompute
+        context = per_stage * passes * (cp - 1) * p2p_seconds(kv, tp * cp <= layout.gpus_per_node, layout, links)
+    expert = 0.0
+    if ep > 1 and split.moe_layers:
+        routed = split.tokens / cp / (tp if layout.sequence_parallel else 1) * split.top_k * split.hidden * e
+        calls = 4 + (2 if split.full_recompute else 0)
+        expert = split.moe_layers * per_stage / split.layers * calls * all_to_all_seconds(routed, ep, tp * cp, layout, links)
+    pipeline = 0.0
+    if pp > 1:
+        # a stage that fills whole nodes has its neighbour on another node; each tp rank sends 1/tp (scatter-gather)
+        within = layout.world_size // pp < layout.gpus_per_node
+        pipeline = 2 * layout.vpp * p2p_seconds(act / tp, within, layout, links)
+    return ParallelComm(tensor=tensor, context=context, expert=expert, pipeline=pipeline)
+
+
+def bubble_fraction(layout: Layout, micro_steps: int) -> float:
+    """Idle time of the pipeline as a fraction of the ideal time: (p − 1)/(v·m) (Narayanan et al. 2021, Sec. 2.2)."""
+    if layout.pp == 1:
+        return 0.0
+    return (layout.pp - 1) / (layout.vpp * max(1, micro_steps))

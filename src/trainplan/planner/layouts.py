@@ -1,0 +1,106 @@
+"""Search the tensor / pipeline / context / expert parallel layouts of one hardware option.
+
+The search follows the practice of Narayanan et al. 2021 ("Efficient Large-Scale Language Model Training on GPU
+Clusters Using Megatron-LM", Sec. 3, takeaways #1–#2): model parallelism costs communication, so use as little
+of it as memory allows — tensor parallelism up to the size of the NVLink domain (a node), pipeline stages to
+scale beyond it, data parallelism for the rest.  For every tensor-parallel degree that divides the heads and fits
+in a node (and context / expert degrees where the job calls for them) it finds the fewest pipeline stages that
+fit by a memory-only check, then estimates that layout fully — plain and interleaved, with the two data-parallel
+shardings that run under pipelines (Megatron's distributed optimizer, ``zero1``, and torchtitan's ``fsdp``).
+``tests/planner/test_layouts.py`` checks the choice against a brute-force search on small clusters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable, Iterator
+
+from trainplan.catalog import Catalog
+from trainplan.estimate.compat import global_batch_of
+from trainplan.estimate.compose import memory_rejection, step_memory
+from trainplan.estimate.hardware import Hardware
+from trainplan.estimate.parallel import ModelSplit, layout_error
+from trainplan.estimate.profile import StepProfile
+from trainplan.estimate.result import Estimate
+from trainplan.spec import TransformerJob
+from trainplan.strategies import Layout, Strategy
+
+POWERS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+SHARDINGS = (Strategy.ZERO1, Strategy.FSDP)
+# context parallelism is searched from this sequence length on (Llama 3 trains 8K tokens without it and turns it on
+# for its 128K stage: Dubey et al. 2024, Sec. 3.3.2 / Table 4)
+CP_FROM_SEQ_LEN = 16384
+
+
+def tensor_degrees(split: ModelSplit, gpus_per_node: int) -> tuple[int, ...]:
+    """Tensor-parallel degrees inside one node that divide the heads and key-value heads."""
+    return tuple(t for t in POWERS if t <= gpus_per_node and gpus_per_node % t == 0
+                 and split.heads % t == 0 and split.kv_heads % t == 0)  # fmt: skip
+
+
+def context_degrees(split: ModelSplit) -> tuple[int, ...]:
+    if split.seq_len < CP_FROM_SEQ_LEN:
+        return (1,)
+    return tuple(c for c in POWERS if split.seq_len % (2 * c) == 0 and split.seq_len // c >= CP_FROM_SEQ_LEN // 4)
+
+
+def expert_degrees(split: ModelSplit, gpus_per_node: int) -> tuple[int, ...]:
+    """No expert parallelism, and the widest that divides the experts inside one node's worth of ranks."""
+    if not split.experts:
+        return (1,)
+    wide = max((e for e in POWERS if e <= gpus_per_node and split.experts % e == 0), default=1)
+    return tuple(sorted({1, wide}))
+
+
+def _batch_ok(job: TransformerJob, hw: Hardware) -> bool:
+    dp = hw.layout.data_parallel
+    return global_batch_of(job, hw) % (job.micro_batch * dp) == 0
+
+
+def _fits(job: TransformerJob, profile: StepProfile, hw: Hardware, strategy: Strategy, catalog: Catalog) -> bool:
+    micro_steps = max(1, global_batch_of(job, hw) // (job.micro_batch * hw.layout.data_parallel))
+    mem = step_memory(job, profile, hw, strategy, catalog, micro_steps=micro_steps)
+    return memory_rejection(mem, hw, catalog, profile.source) is None
+
+
+def layouts_for(job: TransformerJob, profile: StepProfile, hw: Hardware, catalog: Catalog) -> Iterator[tuple[Hardware, Strategy]]:
+    """(hardware with a layout, sharding) pairs worth a full estimate on ``hw``; nothing for a job whose profile
+    cannot be split (``profile.split`` is None) or hardware of one GPU."""
+    split = profile.split
+    base = hw.layout
+    if split is None or hw.accelerator is None or hw.accelerator.kind != "gpu" or base.world_size < 2:
+        return
+    world = base.world_size
+    for tp in tensor_degrees(split, base.gpus_per_node):
+        for cp in context_degrees(split):
+            for ep in expert_degrees(split, base.gpus_per_node):
+                chosen = None
+                for pp in POWERS:
+                    if pp > split.layers or tp * pp * cp > world or world % (tp * pp * cp):
+                        break
+                    if tp * pp * cp * ep == 1 or ((world // (tp * pp * cp)) * cp) % ep:
+                        continue
+                    cand = replace(hw, layout=Layout(base.gpus_per_node, base.nodes, tp=tp, pp=pp, cp=cp, ep=ep,
+                                                     sequence_parallel=tp > 1))  # fmt: skip
+                    if not _batch_ok(job, cand) or layout_error(split, cand.layout, Strategy.FSDP):
+                        continue
+                    if _fits(job, profile, cand, Strategy.FSDP, catalog):
+                        chosen = cand
+                        break
+                if chosen is None:
+                    continue
+                pp = chosen.layout.pp
+                vpps = (1, 2) if pp > 1 and split.layers >= 2 * pp else (1,)
+                for vpp in vpps:
+                    lay = replace(chosen.layout, vpp=vpp)
+                    for strategy in SHARDINGS:
+                        if layout_error(split, lay, strategy) is None:
+                            yield replace(chosen, layout=lay), strategy
+
+
+def search_layouts(job: TransformerJob, profile: StepProfile, hardware: Iterator[Hardware], catalog: Catalog,
+                   estimate: Callable[[Hardware, Strategy], Estimate]) -> Iterator[Estimate]:  # fmt: skip
+    """Estimates of the layouts worth showing on each of ``hardware`` (:func:`layouts_for`)."""
+    for hw in hardware:
+        for cand, strategy in layouts_for(job, profile, hw, catalog):
+            yield estimate(cand, strategy)
