@@ -47,27 +47,12 @@ class Strategy(str, Enum):
 
     @property
     def engine(self) -> Engine:
-        if self in (Strategy.SINGLE, Strategy.DDP):
-            return Engine.TORCH
-        if self in (Strategy.FSDP, Strategy.FSDP_GRAD_OP, Strategy.FSDP_OFFLOAD):
-            return Engine.FSDP
-        return Engine.DEEPSPEED
+        return _ENGINES[self]
 
     @property
     def zero_stage(self) -> ZeroStage:
         """The equivalent ZeRO stage (FSDP full shard ≙ 3, SHARD_GRAD_OP ≙ 2)."""
-        return {
-            Strategy.SINGLE: ZeroStage.NONE,
-            Strategy.DDP: ZeroStage.NONE,
-            Strategy.ZERO1: ZeroStage.STAGE_1,
-            Strategy.ZERO2: ZeroStage.STAGE_2,
-            Strategy.ZERO2_OFFLOAD: ZeroStage.STAGE_2,
-            Strategy.FSDP_GRAD_OP: ZeroStage.STAGE_2,
-            Strategy.ZERO3: ZeroStage.STAGE_3,
-            Strategy.ZERO3_OFFLOAD: ZeroStage.STAGE_3,
-            Strategy.FSDP: ZeroStage.STAGE_3,
-            Strategy.FSDP_OFFLOAD: ZeroStage.STAGE_3,
-        }[self]
+        return _ZERO_STAGES[self]
 
     @property
     def shards_optimizer(self) -> bool:
@@ -108,6 +93,23 @@ class Strategy(str, Enum):
         except ValueError:
             allowed = ", ".join(s.value for s in cls)
             raise SpecError(f"must be one of {allowed}, got {value!r}", field=field) from None
+
+
+_ENGINES = {s: (Engine.TORCH if s in (Strategy.SINGLE, Strategy.DDP) else
+                Engine.FSDP if s in (Strategy.FSDP, Strategy.FSDP_GRAD_OP, Strategy.FSDP_OFFLOAD) else Engine.DEEPSPEED)
+            for s in Strategy}  # fmt: skip
+_ZERO_STAGES = {
+    Strategy.SINGLE: ZeroStage.NONE,
+    Strategy.DDP: ZeroStage.NONE,
+    Strategy.ZERO1: ZeroStage.STAGE_1,
+    Strategy.ZERO2: ZeroStage.STAGE_2,
+    Strategy.ZERO2_OFFLOAD: ZeroStage.STAGE_2,
+    Strategy.FSDP_GRAD_OP: ZeroStage.STAGE_2,
+    Strategy.ZERO3: ZeroStage.STAGE_3,
+    Strategy.ZERO3_OFFLOAD: ZeroStage.STAGE_3,
+    Strategy.FSDP: ZeroStage.STAGE_3,
+    Strategy.FSDP_OFFLOAD: ZeroStage.STAGE_3,
+}
 
 
 class Schedule(str, Enum):

@@ -163,7 +163,7 @@ def stage_loads(split: ModelSplit, layout: Layout, micro_steps: int) -> tuple[St
         # each block's input is kept (sequence-sharded under SP), one block at a time is recomputed
         stage_layer_acts = per_stage * split.block_input / seq_tp / cp
     head = (split.head_replicated / seq_tp + split.head_sharded / tp) / cp
-    embed = split.embedding_activations / cp
+    embed = split.embedding_activations / seq_tp / cp  # sequence-parallel: scattered over tp as it leaves the embedding
     working = layer_act if split.full_recompute else 0.0
 
     def load(name: str, layers: float, moe_layers: float, first: bool, last: bool, in_flight: float) -> StageLoad:

@@ -28,6 +28,7 @@ from trainplan.spec import Checkpointing, Job, KerasJob, Method, ScriptJob, Tabu
 from trainplan.strategies import Strategy, strategies_for
 
 MEMORY_KINDS = (RejectKind.DEVICE_MEMORY, RejectKind.HOST_MEMORY)
+HINTED_REJECTIONS = 100  # rejections that get a fit hint: the nearest, as tables and reports show them
 
 
 class Objective(str, Enum):
@@ -276,7 +277,8 @@ def plan_job(
 ) -> Plan:
     """Estimate every catalog option for ``job`` and rank them.
 
-    With ``hints``, each option rejected for memory says what would make it fit (:func:`fit_hint`).
+    With ``hints``, each of the nearest ``HINTED_REJECTIONS`` options rejected for memory says what would make it
+    fit (:func:`fit_hint`).
     """
     require_model(job)
     cat = catalog or get_catalog()
@@ -291,8 +293,10 @@ def plan_job(
         estimates += search_layouts(job, profile, gpu_hardware(job, cat), cat, est)
     plan = rank(estimates, job, obj)
     if hints and profile is not None:
+        # the nearest rejections, in the order they are shown (a plan over thousands of layouts rejects thousands)
         remedies = hint_remedies(job, cat, profile)
-        plan = replace(plan, rejected=tuple(with_hint(e, job, cat, profile, remedies) for e in plan.rejected))
+        hinted = tuple(with_hint(e, job, cat, profile, remedies) for e in plan.rejected[:HINTED_REJECTIONS])
+        plan = replace(plan, rejected=hinted + plan.rejected[HINTED_REJECTIONS:])
     return replace(plan, profile=profile)
 
 

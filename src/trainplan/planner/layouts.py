@@ -5,8 +5,9 @@ Clusters Using Megatron-LM", Sec. 3, takeaways #1–#2): model parallelism costs
 of it as memory allows — tensor parallelism up to the size of the NVLink domain (a node), pipeline stages to
 scale beyond it, data parallelism for the rest.  For every tensor-parallel degree that divides the heads and fits
 in a node (and context / expert degrees where the job calls for them) it finds the fewest pipeline stages that
-fit by a memory-only check, then estimates that layout fully — plain and interleaved, with the two data-parallel
-shardings that run under pipelines (Megatron's distributed optimizer, ``zero1``, and torchtitan's ``fsdp``).
+fit by a memory-only check, then estimates that layout and the one with twice the stages fully — plain and
+interleaved, with the two data-parallel shardings that run under pipelines (Megatron's distributed optimizer,
+``zero1``, and torchtitan's ``fsdp``).
 ``tests/planner/test_layouts.py`` checks the choice against a brute-force search on small clusters.
 """
 
@@ -89,13 +90,19 @@ def layouts_for(job: TransformerJob, profile: StepProfile, hw: Hardware, catalog
                         break
                 if chosen is None:
                     continue
-                pp = chosen.layout.pp
-                vpps = (1, 2) if pp > 1 and split.layers >= 2 * pp else (1,)
-                for vpp in vpps:
-                    lay = replace(chosen.layout, vpp=vpp)
-                    for strategy in SHARDINGS:
-                        if layout_error(split, lay, strategy) is None:
-                            yield replace(chosen, layout=lay), strategy
+                # the fewest stages that fit, and twice as many: under a pipeline schedule the data-parallel
+                # collectives run once per step instead of once per micro-batch, which can beat the memory minimum
+                for pp in (chosen.layout.pp, 2 * chosen.layout.pp):
+                    if pp > split.layers or world % (tp * pp * cp) or ((world // (tp * pp * cp)) * cp) % ep:
+                        continue
+                    vpps = (1, 2) if pp > 1 and split.layers >= 2 * pp else (1,)
+                    for vpp in vpps:
+                        cand = replace(chosen, layout=replace(chosen.layout, pp=pp, vpp=vpp))
+                        if not _batch_ok(job, cand):
+                            continue
+                        for strategy in SHARDINGS:
+                            if layout_error(split, cand.layout, strategy) is None:
+                                yield cand, strategy
 
 
 def search_layouts(job: TransformerJob, profile: StepProfile, hardware: Iterator[Hardware], catalog: Catalog,

@@ -1,0 +1,76 @@
+"""The layout search (planner/layouts.py) against a brute-force search on small clusters, and in `plan`."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+import pytest
+
+from trainplan.catalog import find_accelerator, get_catalog
+from trainplan.estimate.compose import compose
+from trainplan.estimate.hardware import hardware_for_gpu
+from trainplan.estimate.parallel import layout_error
+from trainplan.estimate.transformer import transformer_profile
+from trainplan.planner.core import plan_job
+from trainplan.planner.layouts import layouts_for
+from trainplan.spec import parse_job
+from trainplan.strategies import Layout, Strategy
+
+CAT = get_catalog()
+
+
+def job_for(model: str, **kw: object):
+    data = {"kind": "transformer", "model": model, "method": "full", "seq_len": 4096, "micro_batch": 1,
+            "global_batch": 64, "precision": "bf16", "optimizer": "adamw", "activation_checkpointing": "selective",
+            "tokens": 1e9}  # fmt: skip
+    data.update(kw)
+    return parse_job(data)
+
+
+def brute_force(job, prof, hw):
+    """Every valid layout and sharding on ``hw``, estimated."""
+    base = hw.layout
+    out = []
+    for tp, pp, vpp, strategy in itertools.product((1, 2, 4, 8), (1, 2, 4, 8, 16), (1, 2), (Strategy.ZERO1, Strategy.FSDP)):
+        try:
+            lay = Layout(base.gpus_per_node, base.nodes, tp=tp, pp=pp, vpp=vpp, sequence_parallel=tp > 1)
+        except Exception:
+            continue
+        if not lay.model_parallel or layout_error(prof.split, lay, strategy):
+            continue
+        out.append(compose(job, prof, replace(hw, layout=lay), strategy, CAT))
+    return out
+
+
+@pytest.mark.parametrize(("model", "gpu", "nodes", "gb"), [
+    ("llama-2-70b", "A100-80GB", 4, 64),
+    ("llama-2-70b", "H100-80GB", 4, 128),
+    ("llama-3-8b", "A100-40GB", 1, 32),
+    ("llama-2-13b", "A100-40GB", 2, 64),
+])  # fmt: skip
+def test_search_finds_a_layout_within_5_percent_of_the_fastest(model: str, gpu: str, nodes: int, gb: int) -> None:
+    job = job_for(model, global_batch=gb)
+    prof = transformer_profile(job, CAT)
+    hw = hardware_for_gpu(find_accelerator(gpu, CAT), CAT, gpus=8, nodes=nodes)
+    oracle = [e for e in brute_force(job, prof, hw) if e.fits]
+    found = [compose(job, prof, h, s, CAT) for h, s in layouts_for(job, prof, hw, CAT)]
+    found = [e for e in found if e.fits]
+    assert oracle, "the brute force finds a fitting layout"
+    assert found, "so must the search"
+    best = min(e.step_time_s for e in oracle)
+    assert min(e.step_time_s for e in found) <= 1.05 * best
+    assert len(found) < len(oracle)  # it prunes
+
+
+def test_plan_offers_3d_layouts_where_data_parallel_alone_cannot_fit() -> None:
+    """The issue's case: a 70B pretraining with selective checkpointing on up to 1,024 GPUs, which no data-parallel
+    strategy fits (activations of 8,192 tokens per GPU); tensor + pipeline parallel layouts do."""
+    job = job_for("llama-2-70b", seq_len=4096, micro_batch=1, global_batch=1024, tokens=2e12,
+                  constraints={"max_gpus": 1024})  # fmt: skip
+    plan = plan_job(job, CAT)
+    assert plan.options
+    assert all(e.hardware.layout.model_parallel for e in plan.options[:5])
+    assert max(e.devices for e in plan.options) > 512  # no silent cap at 64 nodes
+    best = plan.fastest
+    assert best is not None and best.hardware.layout.tp > 1 and best.fits
