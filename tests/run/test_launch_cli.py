@@ -136,3 +136,18 @@ def test_negative_checkpoint_minutes_are_refused(tmp_path: Path, capsys: pytest.
     code, _, err = cli(capsys, "run", LLAMA, "--checkpoint-minutes", "-1", "--out", str(tmp_path / "r"))
     one_error(code, err, "Invalid value for '--checkpoint-minutes'")
     assert not (tmp_path / "r").exists()
+
+
+def test_a_model_parallel_option_is_refused_not_rendered_as_data_parallel(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The 405B plan's options split the model (tensor / pipeline parallel); launch renders data-parallel strategies
+    only, so it must say so instead of rendering the option's strategy without its layout."""
+    from trainplan.planner.core import plan_job
+    from trainplan.spec import load_job
+
+    job = str(example_path("llama3-405b-pretrain.yaml"))
+    plan = plan_job(load_job(job), hints=False)
+    n = next(i + 1 for i, e in enumerate(plan.options) if e.hardware.layout.model_parallel)
+    code, out, err = cli(capsys, "launch", job, "--option", str(n), "--to", "torchrun", "--out", str(tmp_path / "o"))
+    one_error(code, err, "--option:")
+    assert "does not render yet" in err and "tp" in err
+    assert not (tmp_path / "o").exists()

@@ -138,11 +138,14 @@ def parallel_step_memory(job: TorchJob | TransformerJob, profile: StepProfile, h
     for load in stage_loads(profile.split, layout, micro_steps):
         common = dict(frozen_bytes=0.0, precision=job.precision, optimizer=job.optimizer, strategy=strategy,
                       adafactor_elems_per_param=p.factored_state_elems)  # fmt: skip
-        dense = model_state_bytes(trainable_params=load.dense_params, world_size=shard_over, **common)  # type: ignore[arg-type]
-        experts = model_state_bytes(trainable_params=load.expert_params, world_size=max(1, shard_over // layout.ep), **common)  # type: ignore[arg-type]
-        states = replace(dense, weights=dense.weights + experts.weights, gradients=dense.gradients + experts.gradients,
-                         optimizer=dense.optimizer + experts.optimizer,
-                         unsharded_until_backward_end=dense.unsharded_until_backward_end + experts.unsharded_until_backward_end)  # fmt: skip
+        if layout.ep == 1:  # the experts shard like every other parameter
+            states = model_state_bytes(trainable_params=load.dense_params + load.expert_params, world_size=shard_over, **common)  # type: ignore[arg-type]
+        else:
+            dense = model_state_bytes(trainable_params=load.dense_params, world_size=shard_over, **common)  # type: ignore[arg-type]
+            experts = model_state_bytes(trainable_params=load.expert_params, world_size=max(1, shard_over // layout.ep), **common)  # type: ignore[arg-type]
+            states = replace(dense, weights=dense.weights + experts.weights, gradients=dense.gradients + experts.gradients,
+                             optimizer=dense.optimizer + experts.optimizer,
+                             unsharded_until_backward_end=dense.unsharded_until_backward_end + experts.unsharded_until_backward_end)  # fmt: skip
         local = load.dense_params + load.expert_params
         share = local / max(1, p.total)
         autocast = profile.memory.autocast_copies * share if engine is Engine.TORCH else 0.0

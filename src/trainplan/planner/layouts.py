@@ -20,7 +20,8 @@ from trainplan.catalog import Catalog
 from trainplan.estimate.compat import global_batch_of
 from trainplan.estimate.compose import memory_rejection, step_memory
 from trainplan.estimate.hardware import Hardware
-from trainplan.estimate.parallel import ModelSplit, layout_error
+from trainplan.estimate.memory import GIB
+from trainplan.estimate.parallel import ModelSplit, layout_error, stage_loads
 from trainplan.estimate.profile import StepProfile
 from trainplan.estimate.result import Estimate
 from trainplan.spec import TransformerJob
@@ -72,6 +73,7 @@ def layouts_for(job: TransformerJob, profile: StepProfile, hw: Hardware, catalog
     if split is None or hw.accelerator is None or hw.accelerator.kind != "gpu" or base.world_size < 2:
         return
     world = base.world_size
+    capacity = hw.accelerator.memory_gib * GIB
     for tp in tensor_degrees(split, base.gpus_per_node):
         for cp in context_degrees(split):
             for ep in expert_degrees(split, base.gpus_per_node):
@@ -85,6 +87,11 @@ def layouts_for(job: TransformerJob, profile: StepProfile, hw: Hardware, catalog
                                                      sequence_parallel=tp > 1))  # fmt: skip
                     if not _batch_ok(job, cand) or layout_error(split, cand.layout, Strategy.FSDP):
                         continue
+                    m = max(1, global_batch_of(job, cand) // (job.micro_batch * cand.layout.data_parallel))
+                    if m >= pp and stage_loads(split, cand.layout, m)[0].activations > capacity:
+                        # with m ≥ p micro-batches the first stage holds L/p blocks × p in flight: more stages
+                        # do not shrink its activations (Korthikanti Sec. 4.2.3), so none of them fits either
+                        break
                     if _fits(job, profile, cand, Strategy.FSDP, catalog):
                         chosen = cand
                         break

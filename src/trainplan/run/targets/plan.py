@@ -80,7 +80,14 @@ def choose_estimate(job: Any, request: LaunchRequest, catalog: Catalog) -> Estim
         n = request.option or 1
         if not 1 <= n <= len(plan.options):
             raise SpecError(f"the plan has {len(plan.options)} option(s) that fit; got {n}", field="--option")
-        return plan.options[n - 1]
+        chosen = plan.options[n - 1]
+        if chosen.hardware.layout.model_parallel:
+            data_parallel = next((i + 1 for i, e in enumerate(plan.options) if not e.hardware.layout.model_parallel), None)
+            alt = f"; option {data_parallel} is the best data-parallel one" if data_parallel else ""
+            raise SpecError(f"option {n} ({chosen.hardware.label}, {chosen.setup}) splits the model (tensor / pipeline / "
+                            f"context / expert parallel), which launch does not render yet: it renders data-parallel "
+                            f"options{alt}", field="--option")  # fmt: skip
+        return chosen
     strategy = Strategy.parse(request.strategy) if request.strategy else None
     e = estimate_option(job, _hardware(request, catalog), catalog, strategy=strategy, efficiency_for=efficiency)
     if not e.fits:
