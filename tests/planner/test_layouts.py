@@ -74,3 +74,19 @@ def test_plan_offers_3d_layouts_where_data_parallel_alone_cannot_fit() -> None:
     assert max(e.devices for e in plan.options) > 512  # no silent cap at 64 nodes
     best = plan.fastest
     assert best is not None and best.hardware.layout.tp > 1 and best.fits
+
+
+def test_plan_lists_a_layout_only_where_it_beats_data_parallel_on_the_same_hardware() -> None:
+    """Same hardware, same price per hour: a tensor / pipeline layout no faster than the fastest data-parallel
+    strategy that fits adds nothing and is not listed (the 7B reference fine-tune)."""
+    job = job_for("llama-2-7b", seq_len=2048, micro_batch=4, global_batch=64, tokens=1e8)
+    plan = plan_job(job, CAT, hints=False)
+    by_hw: dict[str, float] = {}
+    for e in plan.options:
+        if not e.hardware.layout.model_parallel:
+            by_hw[e.hardware.label] = min(by_hw.get(e.hardware.label, float("inf")), e.step_time_s)
+    layouts = [e for e in plan.options if e.hardware.layout.model_parallel]
+    assert layouts, "some layouts beat data parallelism somewhere"
+    for e in layouts:
+        assert e.step_time_s < by_hw.get(e.hardware.label, float("inf"))
+    assert not any(e.hardware.layout.model_parallel for e in plan.rejected if e.hardware.label in by_hw)

@@ -22,7 +22,7 @@ from trainplan.estimate.result import Estimate, Rejection, RejectKind
 from trainplan.estimate.tabular import estimate_tabular
 from trainplan.estimate.transformer import transformer_profile
 from trainplan.planner.candidates import candidates, gpu_hardware
-from trainplan.planner.layouts import search_layouts
+from trainplan.planner.layouts import keep_useful, search_layouts
 from trainplan.planner.this_machine import THIS_MACHINE
 from trainplan.spec import Checkpointing, Job, KerasJob, Method, ScriptJob, TabularJob, TorchJob, TransformerJob
 from trainplan.strategies import Strategy, strategies_for
@@ -292,7 +292,7 @@ def plan_job(
     estimates = [est(hw, s) for hw, s in candidates(job, cat)]
     if isinstance(job, TransformerJob) and profile is not None and profile.split is not None:
         # tensor / pipeline / context / expert parallel layouts of the same GPUs (planner/layouts.py)
-        estimates += search_layouts(job, profile, gpu_hardware(job, cat), cat, est)
+        estimates += keep_useful(estimates, list(search_layouts(job, profile, gpu_hardware(job, cat), cat, est)))
     plan = rank(estimates, job, obj)
     if hints and profile is not None:
         # the nearest rejections, in the order they are shown (a plan over thousands of layouts rejects thousands)

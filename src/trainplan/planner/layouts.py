@@ -118,3 +118,26 @@ def search_layouts(job: TransformerJob, profile: StepProfile, hardware: Iterator
     for hw in hardware:
         for cand, strategy in layouts_for(job, profile, hw, catalog):
             yield estimate(cand, strategy)
+
+
+def keep_useful(data_parallel: list[Estimate], layouts: list[Estimate]) -> list[Estimate]:
+    """The layout estimates worth listing beside the data-parallel ones.
+
+    On the same hardware (instance and node count: the same price per hour, so cost follows time) a layout that
+    fits but is no faster than the fastest data-parallel strategy that fits adds nothing, and is dropped; a layout
+    that does not fit is kept only where nothing fits on that hardware (it then says why, with the others).
+    """
+    fastest: dict[str, float] = {}
+    for e in data_parallel:
+        if e.fits:
+            label = e.hardware.label
+            fastest[label] = min(fastest.get(label, float("inf")), e.step_time_s)
+    fitting_hw = set(fastest) | {e.hardware.label for e in layouts if e.fits}
+    out = []
+    for e in layouts:
+        label = e.hardware.label
+        if e.fits and e.step_time_s < fastest.get(label, float("inf")):
+            out.append(e)
+        elif not e.fits and label not in fitting_hw:
+            out.append(e)
+    return out
