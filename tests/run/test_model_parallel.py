@@ -51,3 +51,64 @@ def test_layout_trains_like_one_process(case: str, procs: int, tmp_path: Path) -
     if case.startswith("pp"):
         # each stage holds only its own blocks' parameters: together they cover the model once
         assert sum(r["grads"] for r in ranks) == 39
+
+
+# ----------------------------------------------------------------------------- `trainplan run --tp N [--sp]`
+
+TINY_LLAMA_JOB = {
+    "name": "tiny-tp", "kind": "transformer",
+    "model": {"arch": "decoder", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "ffn_hidden": 128, "vocab": 256,
+              "position": "rope", "norm": "rmsnorm", "mlp": "swiglu", "max_seq_len": 64, "name": "tiny"},
+    "method": "full", "seq_len": 32, "micro_batch": 2, "global_batch": 4, "precision": "fp32", "optimizer": "adamw",
+    "steps": 6,
+}  # fmt: skip
+
+
+def _losses(out: Path) -> list[float]:
+    return [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines() if '"loss"' in line]
+
+
+@pytest.mark.slow
+def test_run_with_tensor_and_sequence_parallel_trains_like_fsdp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """4 processes: TP 2 + SP inside FSDP over 2 data-parallel ranks, against FSDP on 2 processes — the same
+    batches reach the same ranks, so every step's loss agrees (fp32 on CPU, reordered sums: 1e-5); a worker killed at
+    step 4 is restarted, resumes from its 2-D (DTensor) checkpoint and ends on the same loss."""
+    from conftest import run, write_job
+
+    job = write_job(tmp_path / "job.yaml", TINY_LLAMA_JOB)
+    tp = run(job, tmp_path / "tp", devices=4, tp=2, sequence_parallel=True, checkpoint_every=2)
+    dp = run(job, tmp_path / "dp", devices=2, strategy="fsdp")
+    assert tp.status == dp.status == "completed"
+    assert tp.devices == 4 and tp.strategy == "fsdp"
+    a, b = _losses(tmp_path / "tp"), _losses(tmp_path / "dp")
+    assert len(a) == len(b) == 6
+    assert a == pytest.approx(b, rel=1e-5)
+    config = json.loads((tmp_path / "tp" / "run.json").read_text())
+    assert config["tp"] == 2 and config["sequence_parallel"] is True and config["grad_accum"] == 1
+    monkeypatch.setenv("TRAINPLAN_FAULT_SIGKILL_AT_STEP", "4")
+    monkeypatch.setenv("TRAINPLAN_FAULT_RANK", "1")
+    killed = run(job, tmp_path / "killed", devices=4, tp=2, sequence_parallel=True, checkpoint_every=2)
+    assert killed.status == "completed" and killed.restarts == 1
+    assert _losses(tmp_path / "killed")[-1] == pytest.approx(a[-1], rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("flags", "field"),
+    [
+        (["--devices", "4", "--tp", "3"], "--tp"),
+        (["--devices", "4", "--tp", "2", "--strategy", "ddp"], "--strategy"),
+        (["--devices", "2", "--sp"], "--sp"),
+    ],
+)
+def test_run_refuses_a_tensor_parallel_layout_it_cannot_run(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          flags: list[str], field: str) -> None:  # fmt: skip
+    from conftest import write_job
+
+    from trainplan.cli.main import main
+
+    job = write_job(tmp_path / "job.yaml", TINY_LLAMA_JOB)
+    code = main(["run", str(job), "--out", str(tmp_path / "o"), *flags])
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {field}:"), err
+    assert not (tmp_path / "o").exists()

@@ -86,6 +86,8 @@ def run_command(
         Optional[list[str]], typer.Option("--script-arg", help="An argument for the script (repeatable).")
     ] = None,
     max_restarts: Annotated[int, typer.Option(help="Restarts of the worker group after a worker dies (torchrun).")] = 2,
+    tp: Annotated[int, typer.Option("--tp", help="Tensor parallel degree inside FSDP (kind: transformer, Llama family).")] = 1,
+    sp: Annotated[bool, typer.Option("--sp", help="Sequence parallelism over the tensor-parallel ranks.", metavar="")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as one JSON line (the last line of stdout).", metavar="")] = False,
 ) -> None:
     """Train JOB on this machine — the best option it can run, or the one named — and compare with the plan."""
@@ -107,6 +109,8 @@ def run_command(
         script=script,
         script_args=tuple(script_arg or ()),
         max_restarts=max_restarts,
+        tp=tp,
+        sequence_parallel=sp,
     )
     err = Console(stderr=True, markup=False)  # paths and notes are data, not markup
 

@@ -61,6 +61,8 @@ class RunRequest:
     script: Path | None = None
     script_args: tuple[str, ...] = ()
     max_restarts: int = DEFAULT_MAX_RESTARTS
+    tp: int = 1  # tensor-parallel degree (fsdp over the remaining ranks)
+    sequence_parallel: bool = False
 
 
 class ProgressSink(Protocol):
@@ -330,13 +332,15 @@ def resolve_config(
             threads_per_fit=option.threads_per_process,
         )
     world = option.devices
+    dp = world // option.tp  # the tp ranks of a data-parallel group train on the same micro-batches
     micro = job.micro_batch
-    global_batch = job.global_batch or micro * world
-    if global_batch % (micro * world):
+    global_batch = job.global_batch or micro * dp
+    if global_batch % (micro * dp):
+        what = "data-parallel ranks" if option.tp > 1 else "processes"
         raise SpecError(
-            f"({global_batch}) must be a multiple of micro_batch × processes ({micro} × {world})", field="global_batch"
+            f"({global_batch}) must be a multiple of micro_batch × {what} ({micro} × {dp})", field="global_batch"
         )
-    accum = global_batch // (micro * world)
+    accum = global_batch // (micro * dp)
     precision, notes = precision or _precision(job, option.accelerator, option.strategy)
     ds = None
     if option.strategy.engine is Engine.DEEPSPEED:
@@ -367,6 +371,8 @@ def resolve_config(
         checkpoint_every=request.checkpoint_every,
         checkpoint_minutes=request.checkpoint_minutes,
         deepspeed=ds,
+        tp=option.tp,
+        sequence_parallel=option.sequence_parallel,
         notes=notes,
     )
 
@@ -489,13 +495,16 @@ def plan_launch(
     if previous is not None:  # a resumed run keeps its layout unless told otherwise
         strategy = strategy or (previous.strategy.value if job.kind is not JobKind.TABULAR else None)
         devices = devices or (previous.parallel_fits if job.kind is JobKind.TABULAR else previous.world_size)
-    option = choose_option(job_for_prediction, hw, strategy=strategy, devices=devices)
+    tp, sp = request.tp, request.sequence_parallel
+    if previous is not None and tp == 1 and not sp:  # a resumed run keeps its tensor-parallel layout too
+        tp, sp = previous.tp, previous.sequence_parallel
+    option = choose_option(job_for_prediction, hw, strategy=strategy, devices=devices, tp=tp, sequence_parallel=sp)
     if previous is not None and job.kind is not JobKind.TABULAR and (
-        previous.strategy is not option.strategy or previous.world_size != option.devices
+        previous.strategy is not option.strategy or previous.world_size != option.devices or previous.tp != option.tp
     ):
         raise SpecError(
-            f"the run was started with {previous.strategy.value} on {previous.world_size} process(es); "
-            f"resume it with the same --strategy and --devices",
+            f"the run was started with {previous.strategy.value} on {previous.world_size} process(es) (tp {previous.tp}); "
+            f"resume it with the same --strategy, --devices and --tp",
             field="--resume",
         )
     RunLock.check_free(request.out)

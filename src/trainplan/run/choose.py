@@ -35,6 +35,8 @@ class Option:
     threads_per_process: int
     reason: str
     prediction: Prediction
+    tp: int = 1  # tensor-parallel degree (run/runtime/model_parallel.py), fsdp over devices / tp ranks
+    sequence_parallel: bool = False
 
 
 def max_devices(hw: Hardware) -> int:
@@ -86,8 +88,12 @@ def choose_option(
     strategy: str | None = None,
     devices: int | None = None,
     predictor: Predictor = predict,
+    tp: int = 1,
+    sequence_parallel: bool = False,
 ) -> Option:
     """The option to run ``job`` with on ``hw`` (see the module docstring)."""
+    if tp != 1 or sequence_parallel:
+        return _choose_tensor_parallel(job, hw, strategy, devices, tp, sequence_parallel)
     if devices is not None and devices < 1:
         raise SpecError(f"must be >= 1, got {devices}", field="--devices")
     limit = max_devices(hw)
@@ -127,6 +133,28 @@ def choose_option(
     default = Strategy.SINGLE if n == 1 else Strategy.DDP
     pred = dict(priced).get(default) or predictor(job, default.value, n, hw.hardware_id)
     return Option(default, n, hw.accelerator, _threads(hw, n), "default (no predicted time to compare)", pred)
+
+
+def _choose_tensor_parallel(job: Any, hw: Hardware, strategy: str | None, devices: int | None, tp: int,
+                            sequence_parallel: bool) -> Option:  # fmt: skip
+    """``--tp N [--sp]``: tensor parallel inside FSDP (a 2-D mesh), for a transformer job's built-in model."""
+    if tp < 1:
+        raise SpecError(f"must be >= 1, got {tp}", field="--tp")
+    if sequence_parallel and tp == 1:
+        raise SpecError("sequence parallelism shards activations over the tensor-parallel ranks: it needs --tp > 1", field="--sp")
+    if job.kind is not JobKind.TRANSFORMER:
+        raise SpecError(f"tensor parallelism runs kind: transformer jobs (a Llama-family model); this is kind: {job.kind.value}",
+                        field="--tp")  # fmt: skip
+    chosen = Strategy.parse(strategy) if strategy else Strategy.FSDP
+    if chosen is not Strategy.FSDP:
+        raise SpecError(f"with --tp the data-parallel ranks shard with fsdp (a 2-D mesh); got {chosen.value}", field="--strategy")
+    n = devices or _default_processes(hw)
+    if n % tp:
+        raise SpecError(f"--tp {tp} must divide the {n} processes (--devices)", field="--tp")
+    check_strategy(chosen, max(n, 2), hw, job)
+    note = "no prediction for tensor-parallel runs of this machine yet (trainplan estimate --tp plans GPU clusters)"
+    return Option(chosen, n, hw.accelerator, _threads(hw, n), f"named with --tp {tp}" + (" --sp" if sequence_parallel else ""),
+                  Prediction(note=note), tp=tp, sequence_parallel=sequence_parallel)  # fmt: skip
 
 
 def _default_processes(hw: Hardware) -> int:

@@ -57,6 +57,8 @@ class RunConfig:
     checkpoint_minutes: float | None = None
     keep_checkpoints: int = 2
     deepspeed: dict[str, Any] | None = None
+    tp: int = 1  # tensor-parallel degree (fsdp over world_size / tp data-parallel ranks)
+    sequence_parallel: bool = False
     parallel_fits: int = 1  # tabular: fits run at once
     threads_per_fit: int = 1  # tabular: library threads per fit
     script: str | None = None
@@ -92,6 +94,10 @@ class RunConfig:
     def to_json(self) -> dict[str, Any]:
         data = {k: (v.value if isinstance(v, Enum) else v) for k, v in asdict(self).items()}
         data["notes"] = list(self.notes)
+        # fields added after version 1 are written only when used, so an older run.json reads and writes unchanged
+        for key, default in (("tp", 1), ("sequence_parallel", False)):
+            if data[key] == default:
+                del data[key]
         return data
 
     def dumps(self) -> str:

@@ -32,7 +32,7 @@ def run_neural(config: RunConfig, job: Any) -> dict[str, Any] | None:
     if job.kind is JobKind.TRANSFORMER:
         from trainplan.run.workloads.transformer import transformer_workload
 
-        wl = transformer_workload(job, world_size=ctx.world_size, micro_batch=config.micro_batch, config=config)
+        wl = transformer_workload(job, world_size=ctx.data_world, micro_batch=config.micro_batch, config=config)
     else:
         from trainplan.run.workloads.torchjob import torch_workload
 
@@ -48,7 +48,7 @@ def run_neural(config: RunConfig, job: Any) -> dict[str, Any] | None:
     for step in range(start, config.total_steps):
         loss_sum = 0.0
         for micro in range(ctx.grad_accum):
-            inputs = to_device(wl.batch(step, micro, ctx.rank), ctx.device)
+            inputs = to_device(wl.batch(step, micro, ctx.data_rank), ctx.device)
             with ctx.autocast():
                 loss = wl.loss(model, inputs)
             ctx.backward(loss)

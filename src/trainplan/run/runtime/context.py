@@ -73,6 +73,10 @@ class Context:
             self.strategy = Strategy.DDP if self.world_size > 1 else Strategy.SINGLE
         self.device = process.choose_device(config.accelerator if config else None, self.local_rank)
         self.grad_accum = config.grad_accum if config else 1
+        # tensor parallel: the tp ranks of a data-parallel group see the same batches (ranks ordered dp-major, tp inner)
+        self.tp = config.tp if config else 1
+        self.data_rank = self.rank // self.tp
+        self.data_world = max(1, self.world_size // self.tp)
         self.global_batch = config.global_batch if config else None
         self.total_steps = config.total_steps if config else None
         self.precision = config.precision if config else Precision.FP32
@@ -165,6 +169,8 @@ class Context:
             precision=self.precision,
             world_size=self.world_size,
             deepspeed_config=self.config.deepspeed if self.config else None,
+            tp=self.tp,
+            sequence_parallel=bool(self.config and self.config.sequence_parallel),
         )
 
     def _need_wrapped(self) -> Wrapped:

@@ -38,6 +38,8 @@ class Placement:
     precision: Precision
     world_size: int
     deepspeed_config: Mapping[str, Any] | None = None
+    tp: int = 1  # tensor-parallel degree: FSDP shards over world_size / tp ranks, tensor parallel inside (2-D mesh)
+    sequence_parallel: bool = False
 
 
 @dataclass
@@ -146,7 +148,15 @@ def _wrap_fsdp(model: torch.nn.Module, optimizer: OptimizerArg, placement: Place
         model = model.to(device)
     if precision is Precision.BF16_PURE:
         model = model.to(torch.bfloat16)
-    mesh = init_device_mesh(device.type, (placement.world_size,))
+    if placement.tp > 1:
+        # 2-D: tensor parallel on the inner dimension, FSDP over the outer (run/runtime/model_parallel.py)
+        from trainplan.run.runtime.model_parallel import apply_tensor_parallel
+
+        mesh2 = init_device_mesh(device.type, (placement.world_size // placement.tp, placement.tp), mesh_dim_names=("dp", "tp"))
+        apply_tensor_parallel(model, mesh2["tp"], sequence_parallel=placement.sequence_parallel)
+        mesh = mesh2["dp"]
+    else:
+        mesh = init_device_mesh(device.type, (placement.world_size,))
     mp = MixedPrecisionPolicy()
     if device.type == "cuda" and precision in (Precision.BF16, Precision.FP16):
         half = torch.bfloat16 if precision is Precision.BF16 else torch.float16

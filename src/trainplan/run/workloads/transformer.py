@@ -226,6 +226,9 @@ def transformer_workload(job: TransformerJob, *, world_size: int, micro_batch: i
     from trainplan.run.workloads.pretrained import checkpoint_path
 
     checkpoint = checkpoint_path(job.model)
+    if checkpoint is not None and config is not None and config.tp > 1:
+        raise SpecError("--tp trains the job's architecture from random weights so far; a pretrained checkpoint trains "
+                        "data parallel (fsdp, zero*)", field="--tp")  # fmt: skip
     if checkpoint is not None:
         if config is None:
             raise ValueError("a pretrained checkpoint is trained through trainplan run (it needs the run's config)")
@@ -235,8 +238,12 @@ def transformer_workload(job: TransformerJob, *, world_size: int, micro_batch: i
     model = build_model(job, arch)
     source = TokenSource(job.data, arch.vocab, job.seq_len, job.seed)
 
+    sequence_parallel = bool(config is not None and config.sequence_parallel)
+
     def batch(step: int, micro: int, rank: int) -> dict[str, torch.Tensor]:
         ids = source.batch(micro_batch, step, micro, rank)
+        if sequence_parallel:  # the embedding's output is sequence-sharded: positions come from the full sequence
+            return {"input_ids": ids, "labels": ids, "position_ids": torch.arange(ids.shape[1]).unsqueeze(0)}
         return {"input_ids": ids, "labels": ids}
 
     def loss(model: Any, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
