@@ -42,9 +42,33 @@ from trainplan.spec import TorchJob, TransformerJob
 from trainplan.strategies import Engine, Strategy
 
 
+# (job, profile, catalog, accelerator, layout, strategy, micro-steps) → the breakdown; the value keeps the objects whose
+# ids are in the key alive, so an id cannot be reused while its entry exists.  On accelerators the memory of a step
+# depends on nothing else — not on the cloud or the price —, and the same accelerator and layout recur across
+# clouds and instance types in a plan.
+_MEMORY: dict[tuple[object, ...], tuple[object, object, object, MemoryBreakdown]] = {}
+_MEMORY_MAX = 65536
+
+
 def step_memory(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardware, strategy: Strategy,
                 catalog: Catalog, *, micro_steps: int) -> MemoryBreakdown:  # fmt: skip
-    """Per-device memory at the step's peak, with host RAM per node for offload."""
+    """Per-device memory at the step's peak, with host RAM per node for offload (memoised on accelerators)."""
+    acc = hw.accelerator
+    if acc is None:
+        return _step_memory(job, profile, hw, strategy, catalog, micro_steps=micro_steps)
+    key = (id(job), id(profile), id(catalog), acc.id, hw.layout, strategy, micro_steps)
+    hit = _MEMORY.get(key)
+    if hit is not None:
+        return hit[3]
+    mem = _step_memory(job, profile, hw, strategy, catalog, micro_steps=micro_steps)
+    if len(_MEMORY) >= _MEMORY_MAX:
+        _MEMORY.clear()
+    _MEMORY[key] = (job, profile, catalog, mem)
+    return mem
+
+
+def _step_memory(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardware, strategy: Strategy,
+                 catalog: Catalog, *, micro_steps: int) -> MemoryBreakdown:  # fmt: skip
     if hw.layout.model_parallel and profile.split is not None:
         return parallel_step_memory(job, profile, hw, strategy, catalog, micro_steps=micro_steps)
     layout = hw.layout
@@ -233,11 +257,14 @@ def compose(
     catalog: Catalog,
     *,
     efficiency: float | None = None,
+    time_rejected: bool = True,
 ) -> Estimate:
     """Memory, time and cost of ``job`` (described by ``profile``) on ``hw`` with ``strategy``.
 
     ``efficiency`` is a measured fraction of peak (a calibration); without it the
-    catalog's default for the accelerator and the model's width applies.
+    catalog's default for the accelerator and the model's width applies.  Without ``time_rejected`` an option
+    rejected for its layout or its memory gets no step time (infinite): a plan over thousands of layouts times
+    only what can run.
     """
     layout = hw.layout
     acc = hw.accelerator
@@ -254,7 +281,9 @@ def compose(
 
     seconds, mfu, breakdown = float("inf"), None, {}
     notes = list(profile.notes)
-    if acc is not None:
+    if rejection is not None and not time_rejected:
+        pass
+    elif acc is not None:
         eff = efficiency if efficiency is not None else default_efficiency(catalog, acc.id, profile.mfu_width)
         if parallel:
             assert profile.split is not None

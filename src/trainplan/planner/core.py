@@ -101,13 +101,13 @@ def make_estimator(
     trace: bool = False,
     profile: StepProfile | None = None,
     regions: Mapping[str, str] | None = None,
-    rejected_energy: bool = True,
+    lean: bool = False,
 ) -> Estimator:
     """A function (hardware, strategy) → Estimate for ``job``; a neural job is profiled (or traced) once.
 
     ``trace`` estimates a transformer from a trace of its real (Hugging Face) model instead of the formulas;
-    ``profile`` reuses a profile made before (tracing takes seconds); without ``rejected_energy`` an option that
-    does not fit carries no energy figure (a plan of thousands of layouts ranks only what fits).
+    ``profile`` reuses a profile made before (tracing takes seconds); with ``lean`` an option that does not fit
+    carries no step time and no energy figure (a plan of thousands of layouts ranks only what fits).
     """
     if isinstance(job, TabularJob):
 
@@ -130,8 +130,8 @@ def make_estimator(
 
     def est(hw: Hardware, strategy: Strategy | None) -> Estimate:
         eff = efficiency_for(hw) if efficiency_for else None
-        e = compose(job, profile_for(hw), hw, strategy or Strategy.SINGLE, catalog, efficiency=eff)
-        return with_energy(e, catalog, regions) if e.fits or rejected_energy else e
+        e = compose(job, profile_for(hw), hw, strategy or Strategy.SINGLE, catalog, efficiency=eff, time_rejected=not lean)
+        return with_energy(e, catalog, regions) if e.fits or not lean else e
 
     return est
 
@@ -288,7 +288,7 @@ def plan_job(
     check_owned(job, cat)
     obj = Objective(objective)
     profile = None if isinstance(job, TabularJob) else job_profile(job, cat, trace=trace)
-    est = make_estimator(job, cat, efficiency_for=efficiency_for, profile=profile, regions=regions, rejected_energy=False)
+    est = make_estimator(job, cat, efficiency_for=efficiency_for, profile=profile, regions=regions, lean=True)
     estimates = [est(hw, s) for hw, s in candidates(job, cat)]
     if isinstance(job, TransformerJob) and profile is not None and profile.split is not None:
         # tensor / pipeline / context / expert parallel layouts of the same GPUs (planner/layouts.py)
