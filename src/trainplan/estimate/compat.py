@@ -20,6 +20,11 @@ def global_batch_of(job: TorchJob | TransformerJob, hw: Hardware) -> int:
     return job.global_batch or job.micro_batch * hw.layout.data_parallel
 
 
+def micro_steps_of(job: TorchJob | TransformerJob, hw: Hardware) -> int:
+    """Micro-batches each data-parallel rank runs per optimizer step (gradient accumulation, or the pipeline's m)."""
+    return max(1, global_batch_of(job, hw) // (job.micro_batch * hw.layout.data_parallel))
+
+
 def incompatibility(job: TorchJob | TransformerJob, hw: Hardware, strategy: Strategy,
                     profile: StepProfile | None = None) -> Rejection | None:  # fmt: skip
     """The first rule ``job`` × ``hw`` × ``strategy`` (× the stack's knobs in ``profile``) breaks, or None."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from trainplan.catalog import Catalog
-from trainplan.estimate.compat import global_batch_of, incompatibility
+from trainplan.estimate.compat import global_batch_of, incompatibility, micro_steps_of
 from trainplan.estimate.cpu import (
     cpu_capacity_bytes,
     cpu_memory,
@@ -26,6 +26,7 @@ from trainplan.estimate.cpu import (
 from trainplan.estimate.memory import (
     GIB,
     MemoryBreakdown,
+    ModelStates,
     ddp_bucket_bytes,
     framework_overhead_bytes,
     gradient_bytes_per_param,
@@ -39,7 +40,7 @@ from trainplan.estimate.result import Estimate, Hardware, Rejection, RejectKind,
 from trainplan.estimate.tpu import xla_device_memory
 from trainplan.estimate.steptime import default_efficiency, parallel_step_time, step_time
 from trainplan.spec import TorchJob, TransformerJob
-from trainplan.strategies import Engine, Strategy
+from trainplan.strategies import Engine, Layout, Strategy
 
 
 # (job, profile, catalog, accelerator, layout, strategy, micro-steps) → the breakdown; the value keeps the objects whose
@@ -116,21 +117,9 @@ def _step_memory(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardw
     buckets = ddp_bucket_bytes(strategy, p.trainable * gradient_bytes_per_param(job.precision, engine), n)
     forward_temporaries += buckets
     optimizer_temporaries += buckets
-    mem = step_peak(
-        states=states,
-        activations=profile.memory.activations,
-        forward_temporaries=forward_temporaries,
-        optimizer_temporaries=optimizer_temporaries,
-        fixed_overhead=framework_overhead_bytes(
-            cuda_context_gib=catalog.assumption("cuda_context_gib"),
-            comm_buffers_gib=catalog.assumption("nccl_buffers_gib"),
-            world_size=n,
-        ),
-        fragmentation=catalog.assumption("allocator_fragmentation"),
-        expandable_fraction=catalog.assumption("allocator_fragmentation_expandable"),
-        # Gradients outlive a micro-step under accumulation; DeepSpeed keeps its gradient buffers allocated.
-        grads_live_in_forward=(micro_steps > 1 or engine is Engine.DEEPSPEED) and not profile.memory.transient_gradients,
-    )
+    # Gradients outlive a micro-step under accumulation; DeepSpeed keeps its gradient buffers allocated.
+    mem = _peak(states, profile.memory.activations, forward_temporaries, optimizer_temporaries, catalog, world_size=n,
+                grads_live_in_forward=(micro_steps > 1 or engine is Engine.DEEPSPEED) and not profile.memory.transient_gradients)
     if hw.accelerator is None:  # CPUs: host RAM is the device memory (estimate/cpu.py)
         return cpu_memory(mem, hw, catalog, hugging_face=isinstance(job, TransformerJob),
                           heap_retention=profile.memory.heap_retention_bytes)  # fmt: skip
@@ -178,19 +167,28 @@ def parallel_step_memory(job: TorchJob | TransformerJob, profile: StepProfile, h
         optimizer_temporaries = 0.0 if engine is Engine.DEEPSPEED else (
             profile.memory.optimizer_temporaries * share / (shard_over if strategy.shards_optimizer else 1))
         buckets = ddp_bucket_bytes(strategy, local * gradient_bytes_per_param(job.precision, engine), layout.data_parallel)
-        peaks.append(step_peak(
-            states=states,
-            activations=load.activations,
-            forward_temporaries=forward_temporaries + buckets,
-            optimizer_temporaries=optimizer_temporaries + buckets,
-            fixed_overhead=framework_overhead_bytes(cuda_context_gib=catalog.assumption("cuda_context_gib"),
-                                                    comm_buffers_gib=catalog.assumption("nccl_buffers_gib"),
-                                                    world_size=layout.world_size),
-            fragmentation=catalog.assumption("allocator_fragmentation"),
-            expandable_fraction=catalog.assumption("allocator_fragmentation_expandable"),
-            grads_live_in_forward=micro_steps > 1 or engine is Engine.DEEPSPEED,
-        ))  # fmt: skip
+        peaks.append(_peak(states, load.activations, forward_temporaries + buckets, optimizer_temporaries + buckets,
+                           catalog, world_size=layout.world_size,
+                           grads_live_in_forward=micro_steps > 1 or engine is Engine.DEEPSPEED))  # fmt: skip
     return max(peaks, key=lambda m: m.peak)
+
+
+def _peak(states: ModelStates, activations: float, forward_temporaries: float, optimizer_temporaries: float,
+          catalog: Catalog, *, world_size: int, grads_live_in_forward: bool) -> MemoryBreakdown:  # fmt: skip
+    """:func:`memory.step_peak` with the catalog's fixed overhead (CUDA context, communicator buffers) and the
+    allocator's reserve fractions."""
+    return step_peak(
+        states=states,
+        activations=activations,
+        forward_temporaries=forward_temporaries,
+        optimizer_temporaries=optimizer_temporaries,
+        fixed_overhead=framework_overhead_bytes(cuda_context_gib=catalog.assumption("cuda_context_gib"),
+                                                comm_buffers_gib=catalog.assumption("nccl_buffers_gib"),
+                                                world_size=world_size),
+        fragmentation=catalog.assumption("allocator_fragmentation"),
+        expandable_fraction=catalog.assumption("allocator_fragmentation_expandable"),
+        grads_live_in_forward=grads_live_in_forward,
+    )
 
 
 def parallel_rejection(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardware, strategy: Strategy) -> Rejection | None:
@@ -270,20 +268,19 @@ def compose(
     acc = hw.accelerator
     rejection = incompatibility(job, hw, strategy, profile) or parallel_rejection(job, profile, hw, strategy)
     global_batch = global_batch_of(job, hw)
-    micro_steps = max(1, global_batch // (job.micro_batch * layout.data_parallel))
+    micro_steps = micro_steps_of(job, hw)
     steps = job.total_steps(global_batch)
 
     parallel = layout.model_parallel and profile.split is not None and rejection is None
-    mem = step_memory(job, profile, hw, strategy, catalog, micro_steps=micro_steps) if parallel or not layout.model_parallel \
-        else step_memory(job, profile, replace(hw, layout=replace(layout, tp=1, pp=1, vpp=1, cp=1, ep=1, sequence_parallel=False)),
-                         strategy, catalog, micro_steps=micro_steps)  # a rejected layout still shows the data-parallel figure
+    # a layout that cannot be estimated still shows the data-parallel figure of its devices
+    mem_hw = hw if parallel or not layout.model_parallel else replace(hw, layout=Layout(layout.gpus_per_node, layout.nodes))
+    mem = step_memory(job, profile, mem_hw, strategy, catalog, micro_steps=micro_steps)
     rejection = rejection or memory_rejection(mem, hw, catalog, profile.source)
 
     seconds, mfu, breakdown = float("inf"), None, {}
     notes = list(profile.notes)
-    if rejection is not None and not time_rejected:
-        pass
-    elif acc is not None:
+    timed = rejection is None or time_rejected
+    if timed and acc is not None:
         eff = efficiency if efficiency is not None else default_efficiency(catalog, acc.id, profile.mfu_width)
         if parallel:
             assert profile.split is not None
@@ -310,7 +307,7 @@ def compose(
             rejection = Rejection(RejectKind.MISSING_FIGURE, st.reason)
         if efficiency is not None:
             notes.append(f"efficiency {eff:.2f} from a measured run")
-    else:  # CPUs: the CPU time model (estimate/cpu.py)
+    elif timed:  # CPUs: the CPU time model (estimate/cpu.py)
         st = cpu_step_time(
             hw=hw, strategy=strategy, precision=job.precision, optimizer=job.optimizer, micro_steps=micro_steps,
             flops_executed=profile.flops.forward + profile.flops.backward + profile.flops.recompute,

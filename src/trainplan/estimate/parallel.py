@@ -67,10 +67,6 @@ class ModelSplit:
     head_sharded: float  # the logits and the loss (vocabulary-parallel over tp)
     embedding_activations: float  # the first stage's input ids and embedding dropout mask
 
-    @property
-    def total_params(self) -> float:
-        return self.block_params + self.expert_params + self.embedding_params + (0.0 if self.tied else self.head_params)
-
 
 @dataclass(frozen=True)
 class StageLoad:
@@ -124,6 +120,12 @@ def stage_layers(split: ModelSplit, layout: Layout) -> int:
     return -(-split.layers // chunks) * layout.vpp
 
 
+def rank_flops_share(split: ModelSplit, layout: Layout) -> float:
+    """How many ranks a micro-batch's FLOPs are divided over, as the slowest rank sees it: its tensor and sequence
+    shard (tp·cp) of its stage, the fullest stage holding :func:`stage_layers` of the L blocks."""
+    return layout.tp * layout.cp * split.layers / stage_layers(split, layout)
+
+
 def in_flight_microbatches(layout: Layout, micro_steps: int) -> float:
     """Micro-batches whose activations the first stage holds at once: min(m, p) under 1F1B, p·(1 + (p − 1)/(p·v))
     interleaved (Korthikanti Sec. 4.2.3; Megatron's ``interleaved_schedule_memory_penalty``)."""
@@ -166,26 +168,23 @@ def stage_loads(split: ModelSplit, layout: Layout, micro_steps: int) -> tuple[St
     embed = split.embedding_activations / seq_tp / cp  # sequence-parallel: scattered over tp as it leaves the embedding
     working = layer_act if split.full_recompute else 0.0
 
-    def load(name: str, layers: float, moe_layers: float, first: bool, last: bool, in_flight: float) -> StageLoad:
+    def load(name: str, layers: float, moe_layers: float, first: bool, last: bool, in_flight: float,
+             layer_acts: float) -> StageLoad:  # fmt: skip
         dense = layers * dense_block + (split.embedding_params if first else 0.0)
         if last and (not first or not split.tied):
             dense += split.head_params
-        acts = in_flight * (stage_layer_acts + (embed if first else 0.0)) + working + (head if last else 0.0)
+        acts = in_flight * (layer_acts + (embed if first else 0.0)) + working + (head if last else 0.0)
         return StageLoad(name, dense / tp, moe_layers * expert_block / ep, acts)
 
     in_flight = in_flight_microbatches(layout, micro_steps)
     if pp == 1:
-        return (load("only", split.layers + split.extra_last_layers, split.moe_layers + _mtp_moe(split), True, True, 1.0),)
+        return (load("only", split.layers + split.extra_last_layers, split.moe_layers + _mtp_moe(split), True, True, 1.0,
+                     stage_layer_acts),)  # fmt: skip
     stage_moe = per_stage * moe_share
-    last_extra = split.extra_last_layers
-    if split.full_recompute and last_extra:
-        stage_layer_acts_last = stage_layer_acts + last_extra * split.block_input / seq_tp / cp
-    else:
-        stage_layer_acts_last = stage_layer_acts + last_extra * moe_act
-    first = load("first", per_stage, stage_moe, True, False, in_flight)
-    last = load("last", per_stage + last_extra, stage_moe + _mtp_moe(split), False, True, 1.0)
-    last = StageLoad(last.name, last.dense_params, last.expert_params,
-                     last.activations + (stage_layer_acts_last - stage_layer_acts))  # fmt: skip
+    last_extra = split.extra_last_layers  # the multi-token-prediction modules sit after the last stage's blocks
+    extra_acts = last_extra * (split.block_input / seq_tp / cp if split.full_recompute else moe_act)
+    first = load("first", per_stage, stage_moe, True, False, in_flight, stage_layer_acts)
+    last = load("last", per_stage + last_extra, stage_moe + _mtp_moe(split), False, True, 1.0, stage_layer_acts + extra_acts)
     return first, last
 
 
@@ -233,16 +232,9 @@ def _group_seconds(bytes_: float, factor: float, ranks: int, stride: int, layout
 def all_to_all_seconds(bytes_: float, ranks: int, stride: int, layout: Layout, links: Links) -> float:
     """An all-to-all of ``bytes_`` per rank: (n − 1)/n of it leaves the rank (NCCL's all-to-all moves each rank's
     shards directly), over NVLink inside a node, else over the rank's share of the node's network."""
-    if ranks <= 1 or bytes_ <= 0:
+    if ranks <= 1:
         return 0.0
-    out = bytes_ * (ranks - 1) / ranks
-    if ranks * stride <= layout.gpus_per_node:
-        if not links.intra_gb_s:
-            raise ValueError("no intra-node bandwidth for expert parallelism inside a node")
-        return out / (links.intra_gb_s * 1e9)
-    if not links.inter_node_gb_s:
-        raise ValueError("no network bandwidth for expert parallelism across nodes")
-    return out / (links.inter_node_gb_s / layout.gpus_per_node * 1e9)
+    return p2p_seconds(bytes_ * (ranks - 1) / ranks, ranks * stride <= layout.gpus_per_node, layout, links)
 
 
 def p2p_seconds(bytes_: float, within_node: bool, layout: Layout, links: Links) -> float:

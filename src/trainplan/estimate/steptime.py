@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from trainplan.catalog import Catalog
 from trainplan.estimate.compute import KernelSplit
 from trainplan.estimate.comms import Links, comm_plan, exposed_comm_seconds
-from trainplan.estimate.parallel import ModelSplit, bubble_fraction, dp_group, parallel_comm, stage_layers
+from trainplan.estimate.parallel import ModelSplit, bubble_fraction, dp_group, parallel_comm, rank_flops_share
 from trainplan.estimate.memory import gradient_bytes_per_param, optimizer_bytes_per_param, weight_bytes_per_param
 from trainplan.estimate.result import Hardware
 from trainplan.spec import Optimizer, Precision
@@ -202,28 +202,24 @@ def parallel_step_time(
     (p − 1)/v micro-batch times (Narayanan et al. 2021, Sec. 2.2).
     """
     layout = hw.layout
-    # this rank's share of a micro-batch's FLOPs: its tensor and sequence shard of the slowest stage's blocks
-    shard = layout.tp * layout.cp * model_split.layers / stage_layers(model_split, layout)
+    shard = rank_flops_share(model_split, layout)
     g, nodes = dp_group(layout)
     per_node = layout.gpus_per_node
     dp_hw = replace(hw, layout=Layout(gpus_per_node=g, nodes=nodes),
                     network_gbps=(hw.network_gbps or 0.0) * g / per_node or None)  # fmt: skip
-    kernels = None
-    if split is not None:
-        kernels = KernelSplit(*(getattr(split, f) / shard for f in (
-            "attention_forward", "attention_backward", "bytes_forward", "bytes_backward", "fp8_forward", "fp8_backward")))
     # Under a pipeline schedule the data-parallel collectives run once per step, not per micro-batch: FSDP keeps the
     # stage's parameters gathered across its micro-batches and reduces the gradients after the last one (Llama 3,
     # Dubey et al. 2024, Sec. 3.3.2: "we do not reshard after forward computation"; torchtitan turns
     # reshard_after_forward off under PP), so the step is priced as one micro-step of m times the work.
     once = layout.pp > 1
-    k = micro_steps if once else 1
-    if kernels is not None and once:
-        kernels = KernelSplit(*(getattr(kernels, f) * k for f in (
+    scale = (micro_steps if once else 1) / shard
+    kernels = None
+    if split is not None:
+        kernels = KernelSplit(*(getattr(split, f) * scale for f in (
             "attention_forward", "attention_backward", "bytes_forward", "bytes_backward", "fp8_forward", "fp8_backward")))
     base = step_time(hw=dp_hw, strategy=strategy, catalog=catalog, precision=precision, optimizer=optimizer,
-                     micro_steps=1 if once else micro_steps, flops_forward=k * flops_forward / shard,
-                     flops_backward=k * flops_backward / shard, flops_model=k * flops_model / shard,
+                     micro_steps=1 if once else micro_steps, flops_forward=scale * flops_forward,
+                     flops_backward=scale * flops_backward, flops_model=scale * flops_model,
                      trainable_params=trainable_local, total_params=trainable_local, efficiency=efficiency,
                      adafactor_elems_per_param=adafactor_elems_per_param, split=kernels)  # fmt: skip
     if base.reason:
@@ -238,9 +234,8 @@ def parallel_step_time(
     model_comm = comm.tensor + comm.expert + comm.pipeline + context
     bubble = bubble_fraction(layout, m) * m * (per_micro + model_comm)
     total = base.seconds + m * model_comm + bubble
-    acc = hw.accelerator
-    assert acc is not None
-    peak = (acc.peak_tflops(precision.half or "fp32") or acc.peak_tflops("fp32") or 0.0) * 1e12
     breakdown = dict(base.breakdown, tp_comm_s=m * comm.tensor, cp_comm_exposed_s=m * context, ep_comm_s=m * comm.expert,
                      pp_comm_s=m * comm.pipeline, pipeline_bubble_s=bubble)  # fmt: skip
-    return StepTime(total, m * flops_model / shard / (total * peak), breakdown, None)
+    # the same m micro-batches of model FLOPs as the data-parallel part, over the longer step
+    mfu = base.mfu * base.seconds / total if base.mfu is not None else None
+    return StepTime(total, mfu, breakdown, None)

@@ -13,11 +13,13 @@ interleaved, with the two data-parallel shardings that run under pipelines (Mega
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 from typing import Callable, Iterator
 
 from trainplan.catalog import Catalog
-from trainplan.estimate.compat import global_batch_of
+from trainplan.errors import SpecError
+from trainplan.estimate.compat import global_batch_of, micro_steps_of
 from trainplan.estimate.compose import memory_rejection, step_memory
 from trainplan.estimate.hardware import Hardware
 from trainplan.estimate.memory import GIB
@@ -60,9 +62,17 @@ def _batch_ok(job: TransformerJob, hw: Hardware) -> bool:
 
 
 def _fits(job: TransformerJob, profile: StepProfile, hw: Hardware, strategy: Strategy, catalog: Catalog) -> bool:
-    micro_steps = max(1, global_batch_of(job, hw) // (job.micro_batch * hw.layout.data_parallel))
-    mem = step_memory(job, profile, hw, strategy, catalog, micro_steps=micro_steps)
+    mem = step_memory(job, profile, hw, strategy, catalog, micro_steps=micro_steps_of(job, hw))
     return memory_rejection(mem, hw, catalog, profile.source) is None
+
+
+def _with_layout(hw: Hardware, **degrees: int | bool) -> Hardware | None:
+    """``hw`` with these degrees, or None where they do not go together (``Layout``'s own validation)."""
+    try:
+        layout = Layout(hw.layout.gpus_per_node, hw.layout.nodes, **degrees)  # type: ignore[arg-type]
+    except SpecError:
+        return None
+    return replace(hw, layout=layout)
 
 
 def layouts_for(job: TransformerJob, profile: StepProfile, hw: Hardware, catalog: Catalog) -> Iterator[tuple[Hardware, Strategy]]:
@@ -72,44 +82,38 @@ def layouts_for(job: TransformerJob, profile: StepProfile, hw: Hardware, catalog
     base = hw.layout
     if split is None or hw.accelerator is None or hw.accelerator.kind != "gpu" or base.world_size < 2:
         return
-    world = base.world_size
     capacity = hw.accelerator.memory_gib * GIB
-    for tp in tensor_degrees(split, base.gpus_per_node):
-        for cp in context_degrees(split):
-            for ep in expert_degrees(split, base.gpus_per_node):
-                chosen = None
-                for pp in POWERS:
-                    if pp > split.layers or tp * pp * cp > world or world % (tp * pp * cp):
-                        break
-                    if tp * pp * cp * ep == 1 or ((world // (tp * pp * cp)) * cp) % ep:
-                        continue
-                    cand = replace(hw, layout=Layout(base.gpus_per_node, base.nodes, tp=tp, pp=pp, cp=cp, ep=ep,
-                                                     sequence_parallel=tp > 1))  # fmt: skip
-                    if not _batch_ok(job, cand) or layout_error(split, cand.layout, Strategy.FSDP):
-                        continue
-                    m = max(1, global_batch_of(job, cand) // (job.micro_batch * cand.layout.data_parallel))
-                    if m >= pp and stage_loads(split, cand.layout, m)[0].activations > capacity:
-                        # with m ≥ p micro-batches the first stage holds L/p blocks × p in flight: more stages
-                        # do not shrink its activations (Korthikanti Sec. 4.2.3), so none of them fits either
-                        break
-                    if _fits(job, profile, cand, Strategy.FSDP, catalog):
-                        chosen = cand
-                        break
-                if chosen is None:
+    degrees = itertools.product(tensor_degrees(split, base.gpus_per_node), context_degrees(split),
+                                expert_degrees(split, base.gpus_per_node))  # fmt: skip
+    for tp, cp, ep in degrees:
+        fewest = None
+        for pp in POWERS:
+            if pp > split.layers or tp * pp * cp > base.world_size:
+                break
+            cand = _with_layout(hw, tp=tp, pp=pp, cp=cp, ep=ep, sequence_parallel=tp > 1)
+            if cand is None or not cand.layout.model_parallel or not _batch_ok(job, cand) \
+                    or layout_error(split, cand.layout, Strategy.FSDP):  # fmt: skip
+                continue
+            m = micro_steps_of(job, cand)
+            if m >= pp and stage_loads(split, cand.layout, m)[0].activations > capacity:
+                # with m ≥ p micro-batches the first stage holds L/p blocks × p in flight: more stages
+                # do not shrink its activations (Korthikanti Sec. 4.2.3), so none of them fits either
+                break
+            if _fits(job, profile, cand, Strategy.FSDP, catalog):
+                fewest = pp
+                break
+        if fewest is None:
+            continue
+        # the fewest stages that fit, and twice as many: under a pipeline schedule the data-parallel
+        # collectives run once per step instead of once per micro-batch, which can beat the memory minimum
+        for pp in (fewest, 2 * fewest):
+            for vpp in ((1, 2) if pp > 1 and split.layers >= 2 * pp else (1,)):
+                cand = _with_layout(hw, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, sequence_parallel=tp > 1)
+                if cand is None or pp > split.layers or not _batch_ok(job, cand):
                     continue
-                # the fewest stages that fit, and twice as many: under a pipeline schedule the data-parallel
-                # collectives run once per step instead of once per micro-batch, which can beat the memory minimum
-                for pp in (chosen.layout.pp, 2 * chosen.layout.pp):
-                    if pp > split.layers or world % (tp * pp * cp) or ((world // (tp * pp * cp)) * cp) % ep:
-                        continue
-                    vpps = (1, 2) if pp > 1 and split.layers >= 2 * pp else (1,)
-                    for vpp in vpps:
-                        cand = replace(chosen, layout=replace(chosen.layout, pp=pp, vpp=vpp))
-                        if not _batch_ok(job, cand):
-                            continue
-                        for strategy in SHARDINGS:
-                            if layout_error(split, cand.layout, strategy) is None:
-                                yield cand, strategy
+                for strategy in SHARDINGS:
+                    if layout_error(split, cand.layout, strategy) is None:
+                        yield cand, strategy
 
 
 def search_layouts(job: TransformerJob, profile: StepProfile, hardware: Iterator[Hardware], catalog: Catalog,
