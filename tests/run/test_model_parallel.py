@@ -98,6 +98,8 @@ def test_run_with_tensor_and_sequence_parallel_trains_like_fsdp(tmp_path: Path, 
         (["--devices", "4", "--tp", "3"], "--tp"),
         (["--devices", "4", "--tp", "2", "--strategy", "ddp"], "--strategy"),
         (["--devices", "2", "--sp"], "--sp"),
+        (["--devices", "4", "--tp", "4"], "--tp"),  # 4 does not divide the 2 key-value heads
+        (["--devices", "2", "--tp", "2", "gpt2"], "--tp"),  # a GPT-2-style model: not a Llama-family block
     ],
 )
 def test_run_refuses_a_tensor_parallel_layout_it_cannot_run(tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -106,7 +108,13 @@ def test_run_refuses_a_tensor_parallel_layout_it_cannot_run(tmp_path: Path, caps
 
     from trainplan.cli.main import main
 
-    job = write_job(tmp_path / "job.yaml", TINY_LLAMA_JOB)
+    base = TINY_LLAMA_JOB
+    if "gpt2" in flags:
+        flags = [f for f in flags if f != "gpt2"]
+        base = {**TINY_LLAMA_JOB, "model": {"arch": "decoder", "layers": 2, "hidden": 64, "heads": 4, "ffn_hidden": 256,
+                                            "vocab": 256, "position": "learned", "norm": "layernorm", "mlp": "gelu",
+                                            "bias": True, "max_seq_len": 64, "name": "g"}}  # fmt: skip
+    job = write_job(tmp_path / "job.yaml", base)
     code = main(["run", str(job), "--out", str(tmp_path / "o"), *flags])
     err = capsys.readouterr().err
     lines = [ln for ln in err.splitlines() if ln.strip()]

@@ -145,6 +145,7 @@ def _choose_tensor_parallel(job: Any, hw: Hardware, strategy: str | None, device
     if job.kind is not JobKind.TRANSFORMER:
         raise SpecError(f"tensor parallelism runs kind: transformer jobs (a Llama-family model); this is kind: {job.kind.value}",
                         field="--tp")  # fmt: skip
+    _check_tensor_parallel_model(job, tp)
     chosen = Strategy.parse(strategy) if strategy else Strategy.FSDP
     if chosen is not Strategy.FSDP:
         raise SpecError(f"with --tp the data-parallel ranks shard with fsdp (a 2-D mesh); got {chosen.value}", field="--strategy")
@@ -155,6 +156,30 @@ def _choose_tensor_parallel(job: Any, hw: Hardware, strategy: str | None, device
     note = "no prediction for tensor-parallel runs of this machine yet (trainplan estimate --tp plans GPU clusters)"
     return Option(chosen, n, hw.accelerator, _threads(hw, n), f"named with --tp {tp}" + (" --sp" if sequence_parallel else ""),
                   Prediction(note=note), tp=tp, sequence_parallel=sequence_parallel)  # fmt: skip
+
+
+def _check_tensor_parallel_model(job: Any, tp: int) -> None:
+    """Refuse, before any process starts, a model the tensor-parallel runtime does not map
+    (run/runtime/model_parallel.py: Llama-family blocks, heads divisible by tp, randomly initialised)."""
+    from trainplan.model import UnsupportedArchitecture, hf_model_type
+    from trainplan.run.workloads.checks import resolve_arch
+    from trainplan.run.workloads.pretrained import checkpoint_path
+
+    if checkpoint_path(job.model) is not None:
+        raise SpecError("--tp trains the job's architecture from random weights so far; a pretrained checkpoint trains "
+                        "data parallel (fsdp, zero*)", field="--tp")  # fmt: skip
+    arch = resolve_arch(job)
+    try:
+        family = hf_model_type(arch)
+    except UnsupportedArchitecture as exc:
+        raise SpecError(str(exc), field="model") from None
+    if family != "llama":
+        raise SpecError(f"tensor-parallel runs map Llama-family blocks (q/k/v/o, gate/up/down projections); this model "
+                        f"builds as {family}", field="--tp")  # fmt: skip
+    kv = arch.kv_heads or arch.heads
+    if arch.heads % tp or kv % tp:
+        raise SpecError(f"tensor parallel degree {tp} must divide the {arch.heads} attention heads and {kv} key-value heads",
+                        field="--tp")  # fmt: skip
 
 
 def _default_processes(hw: Hardware) -> int:
