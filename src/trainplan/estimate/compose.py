@@ -34,7 +34,7 @@ from trainplan.estimate.memory import (
     sharding_buffer_bytes,
     step_peak,
 )
-from trainplan.estimate.parallel import layout_error, stage_loads
+from trainplan.estimate.parallel import layout_error, rank_flops_share, stage_loads
 from trainplan.estimate.profile import ProfileSource, StepProfile
 from trainplan.estimate.result import Estimate, Hardware, Rejection, RejectKind, job_timing
 from trainplan.estimate.tpu import xla_device_memory
@@ -339,7 +339,8 @@ def compose(
         mfu=mfu,
         params=profile.params.total,
         trainable_params=profile.params.trainable,
-        flops_per_step=micro_steps * profile.flops.hardware / (layout.tp * layout.pp * layout.cp),  # the rank's share
+        # the slowest rank's share, as the step time counts it (uneven stages: the fullest one)
+        flops_per_step=micro_steps * profile.flops.hardware / (rank_flops_share(profile.split, layout) if parallel else 1),
         time_breakdown=breakdown,
         calibrated=efficiency is not None,
         notes=tuple(notes),
