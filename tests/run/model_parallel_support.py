@@ -4,6 +4,7 @@ gradients against one process on the same batch.  ``python model_parallel_suppor
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import torch
@@ -103,6 +104,12 @@ def main() -> None:
             json.dump(gathered, f)
     dist.barrier()
     dist.destroy_process_group()
+    # Everything is written and the group is down. On CPU over gloo, about 1 run in 20 of the interleaved pipeline then
+    # aborts in C++ static teardown ("terminate called without an active exception", no Python frame; torch 2.13):
+    # skip the interpreter's teardown so that abort cannot turn a finished, checked run into a failure.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
