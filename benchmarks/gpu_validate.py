@@ -13,7 +13,14 @@ micro-batches; sequence 512-2048) it
    ``loss.backward()``, ``optimizer.step()``, ``zero_grad(set_to_none=True)``):
    2 warm-up steps, then 3 timed steps, after ``torch.cuda.reset_peak_memory_stats()``;
 3. compares the traced peak with ``torch.cuda.max_memory_allocated()`` and the
-   predicted step time with the measured one.
+   predicted step time with the measured one;
+4. compares the planner's own analytic estimate of the same job (what ``trainplan
+   estimate`` prints for the catalog's H200, one GPU, default efficiencies: nothing
+   calibrated here) with the measured allocated and reserved peaks and step time.
+
+The grid also holds issue 22's mechanisms: eager attention (the s x s scores kept),
+bf16-pure with 128K-152K vocabularies, and LoRA with an fp32 frozen base under bf16
+autocast (no traced counterpart: analytic only).
 
 Step time is predicted as ``flops_per_step / (peak_flops * efficiency)``.
 ``peak_flops`` is the GPU's dense bf16 tensor peak, looked up from
@@ -112,6 +119,34 @@ HF_MODELS: dict[str, dict[str, Any]] = {
         vocab_size=32000,
         max_position_embeddings=2048,
     ),
+    # 2024-2026 small families with large vocabularies (the cross-entropy and logits terms dominate at long
+    # sequences): Llama 3.2 1B (meta-llama/Llama-3.2-1B config.json) and Qwen2.5 0.5B (Qwen/Qwen2.5-0.5B config.json:
+    # q/k/v biases, tied head).
+    "llama3.2-1b": dict(
+        model_type="llama",
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=64,
+        vocab_size=128256,
+        max_position_embeddings=131072,
+        rope_theta=500000.0,
+        tie_word_embeddings=True,
+    ),
+    "qwen2.5-0.5b": dict(
+        model_type="qwen2",
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        vocab_size=151936,
+        max_position_embeddings=32768,
+        rope_theta=1000000.0,
+        tie_word_embeddings=True,
+    ),
 }
 for _cfg in HF_MODELS.values():
     if _cfg["model_type"] == "gpt2":
@@ -184,9 +219,9 @@ class UNet(nn.Module):
         return self.out(x)
 
 
-def build_model(name: str) -> nn.Module:
+def build_model(name: str, attn: str = "sdpa") -> nn.Module:
     if name in HF_MODELS:
-        return build_hf_causal_lm(HF_MODELS[name])
+        return build_hf_causal_lm({**HF_MODELS[name], "attn_implementation": attn})
     if name == "resnet18":
         return ResNet18()
     if name == "unet":
@@ -206,12 +241,20 @@ class Config:
     checkpointing: str = "none"
     precision: str = "bf16"
     optimizer: str = "adamw"
+    attn: str = "sdpa"  # transformers' attn_implementation: "eager" keeps the s x s scores for backward
+    # LoRA under bf16 autocast with the frozen base kept in fp32 (Lightning / LitGPT "bf16-mixed"; issue 22); the
+    # trace has no such precision, so only the analytic estimate (knob frozen_weights_fp32) is compared
+    fp32_base: bool = False
 
     @property
     def name(self) -> str:
         method = "lora" if self.lora else "full"
         shape = f"{'seq' if self.is_lm else 'img'}{self.seq}"
-        return f"{self.model} {method} mb{self.micro_batch} {shape} ckpt-{self.checkpointing}"
+        extra = "".join(
+            [f" {self.precision}" if self.precision != "bf16" else "", " eager" if self.attn == "eager" else "",
+             " fp32-base" if self.fp32_base else ""]
+        )  # fmt: skip
+        return f"{self.model} {method} mb{self.micro_batch} {shape} ckpt-{self.checkpointing}{extra}"
 
     @property
     def is_lm(self) -> bool:
@@ -264,6 +307,21 @@ GRID: tuple[Config, ...] = (
     Config("llama-7b", 2, 2048, lora=True, checkpointing="full"),
     Config("llama-7b", 4, 1024, lora=True, checkpointing="full"),
     Config("llama-7b", 8, 512, lora=True, checkpointing="selective"),
+    # issue 22's mechanisms, on the same loop: eager attention that keeps its s x s scores, bf16-pure with a large
+    # vocabulary (cross-entropy on bf16 logits), LoRA with an fp32 frozen base under autocast, and 2024-2026 families
+    Config("gpt2-124m", 8, 1024, attn="eager"),
+    Config("gpt2-355m", 4, 1024, lora=True, attn="eager"),
+    Config("llama-1b", 2, 2048, attn="eager"),
+    Config("llama-1b", 4, 1024, lora=True, checkpointing="full", attn="eager"),
+    Config("llama3.2-1b", 4, 2048),
+    Config("llama3.2-1b", 4, 2048, precision="bf16-pure"),
+    Config("llama3.2-1b", 8, 2048, precision="bf16-pure", checkpointing="full"),
+    Config("llama3.2-1b", 4, 2048, lora=True),
+    Config("llama3.2-1b", 4, 2048, lora=True, fp32_base=True),
+    Config("llama-7b", 2, 1024, lora=True, checkpointing="full", fp32_base=True),
+    Config("qwen2.5-0.5b", 8, 2048),
+    Config("qwen2.5-0.5b", 8, 4096, precision="bf16-pure", checkpointing="full"),
+    Config("qwen2.5-0.5b", 8, 2048, lora=True, attn="eager"),
     Config("resnet18", 128, 224),
     Config("resnet18", 256, 224, checkpointing="full"),
     Config("unet", 16, 256),
@@ -290,6 +348,14 @@ class Row:
     predicted_step_seconds: float | None = None
     time_error: float | None = None
     calibration: bool = False
+    # the planner's own analytic estimate of the same job on the catalog's H200, single GPU, default efficiencies
+    # (what `trainplan estimate` prints; nothing calibrated on this run)
+    analytic_allocated_bytes: int | None = None
+    analytic_reserved_bytes: int | None = None
+    analytic_step_seconds: float | None = None
+    analytic_allocated_error: float | None = None
+    analytic_reserved_error: float | None = None
+    analytic_time_error: float | None = None
     note: str = ""
     breakdown: dict[str, int] = field(default_factory=dict)
 
@@ -297,8 +363,10 @@ class Row:
 def trace_config(cfg: Config) -> dict[str, Any]:
     """Trace one configuration on the fake device (CPU); returns a plain dict (picklable)."""
     start = time.perf_counter()
+    if cfg.fp32_base:
+        raise ValueError("no traced counterpart (fp32 frozen base under autocast)")
     r = trace_training_step(
-        lambda: build_model(cfg.model),
+        lambda: build_model(cfg.model, cfg.attn),
         cfg.inputs(),
         micro_batch=cfg.micro_batch,
         precision=cfg.precision,
@@ -316,6 +384,36 @@ def trace_config(cfg: Config) -> dict[str, Any]:
         "seconds": time.perf_counter() - start,
         "breakdown": asdict(r.at_peak),
     }
+
+
+def analytic_config(cfg: Config, accelerator: str = "H200") -> dict[str, Any]:
+    """The planner's analytic estimate of ``cfg`` on one catalog GPU (language models only)."""
+    from trainplan.catalog import get_catalog
+    from trainplan.estimate.hardware import hardware_for_gpu
+    from trainplan.estimate.transformer import estimate_transformer
+    from trainplan.hfconfig import arch_from_hf_config
+    from trainplan.spec import parse_job
+    from trainplan.strategies import Strategy
+
+    if not cfg.is_lm:
+        raise ValueError("no analytic counterpart (not a language model)")
+    data: dict[str, Any] = {
+        "kind": "transformer", "name": cfg.name.replace(" ", "_"), "model": arch_from_hf_config(dict(HF_MODELS[cfg.model])),
+        "method": "lora" if cfg.lora else "full", "seq_len": cfg.seq, "micro_batch": cfg.micro_batch,
+        "precision": cfg.precision, "optimizer": cfg.optimizer, "activation_checkpointing": cfg.checkpointing,
+        "steps": 1, "stack": "plain",
+    }  # fmt: skip
+    lora = cfg.lora_spec()
+    if lora is not None:
+        data["lora"] = {"rank": lora.rank, "targets": list(lora.targets)}
+    if cfg.attn == "eager":
+        data["flash_attention"] = False
+    if cfg.fp32_base:
+        data["knobs"] = {"frozen_weights_fp32": True}
+    cat = get_catalog()
+    hw = hardware_for_gpu(cat.accelerators[accelerator], cat, gpus=1, nodes=1)
+    e = estimate_transformer(parse_job(data), hw, Strategy.SINGLE, cat)
+    return {"allocated": e.memory.allocated, "reserved": e.memory.reserved, "step_s": e.step_time_s}
 
 
 def trace_all(configs: Sequence[Config], workers: int) -> list[dict[str, Any] | str]:
@@ -353,9 +451,11 @@ def measure_on_gpu(cfg: Config, warmup: int = 2, timed: int = 3) -> tuple[int, i
     """
     precision = Precision(cfg.precision)
     with torch.device("cuda"):
-        model = build_model(cfg.model)
+        model = build_model(cfg.model, cfg.attn)
+        # an fp32 frozen base: prepared as fp32 (base and adapters stay fp32), then run under bf16 autocast below
+        stored = Precision.FP32 if cfg.fp32_base else precision
         model = prepare_model(
-            model, precision=precision, checkpointing=Checkpointing(cfg.checkpointing), lora=cfg.lora_spec()
+            model, precision=stored, checkpointing=Checkpointing(cfg.checkpointing), lora=cfg.lora_spec()
         ).model
         (x,) = make_inputs(cfg.inputs(), cfg.micro_batch)
         target = x  # language models: the labels are the inputs
@@ -364,7 +464,7 @@ def measure_on_gpu(cfg: Config, warmup: int = 2, timed: int = 3) -> tuple[int, i
         elif cfg.model == "unet":
             target = torch.zeros(cfg.micro_batch, 1, cfg.seq, cfg.seq)
     opt = make_optimizer(model.parameters(), Optimizer(cfg.optimizer))  # PyTorch's CUDA default: foreach
-    autocast_on = precision in (Precision.BF16, Precision.FP16)
+    autocast_on = precision in (Precision.BF16, Precision.FP16)  # fp32_base: precision is bf16, so autocast on
     half = torch.float16 if precision is Precision.FP16 else torch.bfloat16
 
     def step() -> None:
@@ -426,7 +526,41 @@ def summarize(rows: Sequence[Row]) -> dict[str, Any]:
         "time_error_median": statistics.median(tim) if tim else None,
         "time_error_worst": max(tim) if tim else None,
         "time_within_15pct": sum(e <= 0.15 for e in tim),
+        **_analytic_summary(rows),
     }
+
+
+def _analytic_summary(rows: Sequence[Row]) -> dict[str, Any]:
+    """The analytic estimate's errors: nothing here was calibrated on this run, so every row is out of sample."""
+    out: dict[str, Any] = {}
+    for key in ("allocated", "reserved", "time"):
+        errs = [abs(e) for r in rows if (e := getattr(r, f"analytic_{key}_error")) is not None]
+        out[f"analytic_{key}_error_median"] = statistics.median(errs) if errs else None
+        out[f"analytic_{key}_error_worst"] = max(errs) if errs else None
+        out[f"analytic_{key}_within_10pct"] = sum(e <= 0.10 for e in errs)
+    return out
+
+
+def print_analytic_table(rows: Sequence[Row]) -> None:
+    gib = 2**30
+
+    def g(x: int | None) -> str:
+        return "" if x is None else f"{x / gib:.2f}"
+
+    def ms(x: float | None) -> str:
+        return "" if x is None else f"{x * 1e3:.0f}"
+
+    print(f"{'configuration':52s} {'alloc':>7s} {'meas':>7s} {'err':>7s} {'resv':>7s} {'meas':>7s} {'err':>7s} "
+          f"{'ms':>7s} {'meas':>7s} {'err':>7s}")  # fmt: skip
+    for r in rows:
+        if r.analytic_allocated_bytes is None:
+            continue
+        print(
+            f"{r.config:52s} {g(r.analytic_allocated_bytes):>7s} {g(r.measured_peak_bytes):>7s} "
+            f"{_fmt_pct(r.analytic_allocated_error):>7s} {g(r.analytic_reserved_bytes):>7s} "
+            f"{g(r.measured_reserved_bytes):>7s} {_fmt_pct(r.analytic_reserved_error):>7s} "
+            f"{ms(r.analytic_step_seconds):>7s} {ms(r.measured_step_seconds):>7s} {_fmt_pct(r.analytic_time_error):>7s}"
+        )
 
 
 def print_table(rows: Sequence[Row]) -> None:
@@ -482,8 +616,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows: list[Row] = []
     for cfg, t in zip(configs, traced, strict=True):
         row = Row(cfg.name)
+        try:
+            a = analytic_config(cfg)
+            row.analytic_allocated_bytes, row.analytic_reserved_bytes = int(a["allocated"]), int(a["reserved"])
+            row.analytic_step_seconds = float(a["step_s"])
+        except Exception as exc:  # noqa: BLE001 - recorded per configuration
+            row.note = f"analytic: {type(exc).__name__}: {exc}".splitlines()[0]
         if isinstance(t, str):
-            row.status, row.note = "error", f"trace failed: {t}"
+            if row.analytic_allocated_bytes is None:
+                row.status, row.note = "error", f"trace failed: {t}; {row.note}"
+            else:
+                row.status, row.note = "traced", f"no trace ({t})"
         else:
             row.status = "traced"
             row.predicted_peak_bytes, row.predicted_peak_phase = int(t["peak"]), str(t["phase"])
@@ -523,8 +666,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             row.status = "ok"
             row.measured_peak_bytes, row.measured_step_seconds = peak, seconds
-            row.peak_error = (row.predicted_peak_bytes - peak) / peak
             row.measured_reserved_bytes = reserved
+            if row.analytic_allocated_bytes is not None and row.analytic_reserved_bytes is not None:
+                row.analytic_allocated_error = row.analytic_allocated_bytes / peak - 1
+                row.analytic_reserved_error = row.analytic_reserved_bytes / reserved - 1
+            if row.analytic_step_seconds is not None:
+                row.analytic_time_error = row.analytic_step_seconds / seconds - 1
+            if not row.flops_per_step:  # no trace: the analytic columns only
+                print(f"  {row.config}: analytic peak {_fmt_pct(row.analytic_allocated_error)}", flush=True)
+                continue
+            row.peak_error = (row.predicted_peak_bytes - peak) / peak
             row.reserved_error = (row.predicted_reserved_bytes - reserved) / reserved
             if len(achieved) < args.calibrate:
                 achieved.append(row.flops_per_step / seconds / peak_flops)
@@ -537,7 +688,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # calibration rows measured before the efficiency was final: recompute their prediction
         if efficiency is not None:
             for row in rows:
-                if row.measured_step_seconds is not None:
+                if row.measured_step_seconds is not None and row.flops_per_step:
                     row.predicted_step_seconds = row.flops_per_step / (peak_flops * efficiency)
                     row.time_error = (
                         row.predicted_step_seconds - row.measured_step_seconds
@@ -549,6 +700,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"efficiency {efficiency if efficiency is None else round(efficiency, 3)}"
     )
     print_table(rows)
+    print()
+    print("the planner's analytic estimate (catalog H200, single GPU, default efficiencies; GiB, ms):")
+    print_analytic_table(rows)
     summary = summarize(rows)
     print()
     print("summary:", json.dumps(summary))

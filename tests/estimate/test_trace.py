@@ -564,7 +564,15 @@ def test_gpu_validate_grid_covers_the_issue() -> None:
     assert any(c.lora for c in grid) and any(not c.lora for c in grid)
     assert {c.checkpointing for c in grid} >= {"none", "full"}
     assert len({c.micro_batch for c in grid}) >= 3
-    assert min(c.seq for c in grid if c.is_lm) == 512 and max(c.seq for c in grid if c.is_lm) == 2048
+    assert min(c.seq for c in grid if c.is_lm) == 512 and max(c.seq for c in grid if c.is_lm) >= 2048
+    # issue 22's mechanisms: eager attention, bf16-pure with a large vocabulary, an fp32 frozen LoRA base
+    assert sum(c.attn == "eager" for c in grid) >= 3
+    assert any(c.precision == "bf16-pure" and HF_VOCAB(c) > 100_000 for c in grid)
+    assert any(c.fp32_base and c.lora for c in grid)
+
+
+def HF_VOCAB(c: Any) -> int:  # noqa: N802 - a lookup, named like the table it reads
+    return int(_gpu_validate().HF_MODELS.get(c.model, {}).get("vocab_size", 0))
 
 
 def test_gpu_validate_calibrates_and_reports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -606,6 +614,30 @@ def test_gpu_validate_calibrates_and_reports(tmp_path: Path, monkeypatch: pytest
     summary = report["summary"]
     assert summary["oom"] == 1 and summary["measured"] == 4
     assert summary["peak_error_worst"] == pytest.approx(10 / 9 - 1)
+    # the planner's analytic estimate of the same job, against the same measurement
+    assert rows[0]["analytic_allocated_bytes"] > 2**30 and rows[0]["analytic_step_seconds"] > 0
+    assert rows[0]["analytic_allocated_error"] == pytest.approx(rows[0]["analytic_allocated_bytes"] / (10 * 2**30) - 1)
+    assert rows[2]["analytic_time_error"] == pytest.approx(rows[2]["analytic_step_seconds"] / 2.2 - 1)
+    assert rows[3]["analytic_allocated_error"] is None  # out of memory: nothing measured
+    assert summary["analytic_allocated_error_median"] is not None
+
+
+def test_gpu_validate_measures_a_configuration_without_a_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """LoRA on an fp32 frozen base under autocast has no traced counterpart: it is measured against the analytic
+    estimate alone, whose frozen_weights_fp32 knob counts the base at 4 bytes a parameter (more than the 16-bit base)."""
+    module = _gpu_validate()
+    monkeypatch.setattr(module.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(module.torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
+    monkeypatch.setattr(module, "measure_on_gpu", lambda cfg: (30 * 2**30, 32 * 2**30, 0.1))
+    out = tmp_path / "gpu.json"
+    assert module.main(["--only", "llama3.2-1b lora mb4 seq2048", "--workers", "1", "--out", str(out)]) == 0
+    rows = {r["config"]: r for r in json.loads(out.read_text())["rows"]}
+    fp32, half = rows["llama3.2-1b lora mb4 seq2048 ckpt-none fp32-base"], rows["llama3.2-1b lora mb4 seq2048 ckpt-none"]
+    assert fp32["status"] == "ok" and fp32["peak_error"] is None and "no trace" in fp32["note"]
+    assert fp32["analytic_allocated_error"] == pytest.approx(fp32["analytic_allocated_bytes"] / (30 * 2**30) - 1)
+    # 1.24B parameters: 2 more bytes each for the fp32 base
+    assert fp32["analytic_allocated_bytes"] - half["analytic_allocated_bytes"] > 2 * 1.2e9
+    assert half["peak_error"] is not None  # the 16-bit base is traced as well
 
 
 def test_gpu_validate_dry_run(tmp_path: Path) -> None:
