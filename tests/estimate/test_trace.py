@@ -592,11 +592,11 @@ def test_gpu_validate_calibrates_and_reports(tmp_path: Path, monkeypatch: pytest
     measured = iter([(10 * 2**30, 11 * 2**30, 2.0), (11 * 2**30, 12 * 2**30, 4.0), (9 * 2**30, 10 * 2**30, 2.2), None,
                      (10 * 2**30, 11 * 2**30, 2.0)])  # fmt: skip
 
-    def fake_measure(cfg: Any) -> tuple[int, int, float]:
+    def fake_measure(cfg: Any, snapshot: bool = False) -> tuple[int, int, float, float, list[Any]]:
         m = next(measured)
         if m is None:
             raise torch.cuda.OutOfMemoryError("out of memory")
-        return m
+        return (*m, m[2] / 10, [])
 
     monkeypatch.setattr(module, "measure_on_gpu", fake_measure)
     out = tmp_path / "gpu.json"
@@ -628,7 +628,7 @@ def test_gpu_validate_measures_a_configuration_without_a_trace(tmp_path: Path, m
     module = _gpu_validate()
     monkeypatch.setattr(module.torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(module.torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
-    monkeypatch.setattr(module, "measure_on_gpu", lambda cfg: (30 * 2**30, 32 * 2**30, 0.1))
+    monkeypatch.setattr(module, "measure_on_gpu", lambda cfg, snapshot=False: (30 * 2**30, 32 * 2**30, 0.1, 0.01, []))
     out = tmp_path / "gpu.json"
     assert module.main(["--only", "llama3.2-1b lora mb4 seq2048", "--workers", "1", "--out", str(out)]) == 0
     rows = {r["config"]: r for r in json.loads(out.read_text())["rows"]}
@@ -638,6 +638,29 @@ def test_gpu_validate_measures_a_configuration_without_a_trace(tmp_path: Path, m
     # 1.24B parameters: 2 more bytes each for the fp32 base
     assert fp32["analytic_allocated_bytes"] - half["analytic_allocated_bytes"] > 2 * 1.2e9
     assert half["peak_error"] is not None  # the 16-bit base is traced as well
+
+
+def test_gpu_validate_names_who_holds_the_peak() -> None:
+    """The replay of a memory-history snapshot: the blocks alive at the largest running total, by allocating frame."""
+    module = _gpu_validate()
+
+    def frame(name: str, line: int) -> list[dict[str, Any]]:
+        return [{"filename": "/x/gpu_validate.py", "line": 1, "name": "step"},
+                {"filename": f"/site/transformers/{name}.py", "line": line, "name": name}]  # fmt: skip
+
+    events = [
+        {"action": "alloc", "addr": 1, "size": 100, "frames": frame("mlp", 10)},
+        {"action": "alloc", "addr": 2, "size": 300, "frames": frame("attn", 20)},
+        {"action": "free_completed", "addr": 1, "size": 100},
+        {"action": "alloc", "addr": 3, "size": 50, "frames": frame("mlp", 10)},
+        {"action": "alloc", "addr": 4, "size": 150, "frames": frame("mlp", 10)},  # peak: 300 + 50 + 150 = 500
+        {"action": "free_completed", "addr": 2, "size": 300},
+        {"action": "free_completed", "addr": 99, "size": 7},  # allocated before recording: ignored
+    ]
+    owners = module.peak_owners({"device_traces": [events]})
+    assert owners[0] == {"owner": "transformers/attn.py:20 attn", "bytes": 300, "blocks": 1}
+    assert owners[1] == {"owner": "transformers/mlp.py:10 mlp", "bytes": 200, "blocks": 2}
+    assert owners[-1] == {"owner": "(total at peak)", "bytes": 500, "blocks": 3}
 
 
 def test_gpu_validate_dry_run(tmp_path: Path) -> None:
