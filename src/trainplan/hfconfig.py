@@ -375,7 +375,19 @@ MULTIMODAL = {"gemma3": "gemma3_text", "mistral3": "mistral", "qwen2_5_vl": "qwe
 SUPPORTED_TYPES = tuple(sorted((*READERS, *LEGACY_TYPES)))
 
 
+# What transformers' config classes assume for a key a config.json leaves out (GPT2Config, BertConfig, OPTConfig,
+# T5Config __init__ defaults; read with AutoConfig.for_model in transformers 5.25): a config written without them still
+# builds a model with GPT-2's Python GELU and 0.1 dropout, so it must be read with them.
+LEGACY_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gpt2": {"activation_function": "gelu_new", "resid_pdrop": 0.1},
+    "bert": {"hidden_act": "gelu", "hidden_dropout_prob": 0.1},
+    "opt": {"activation_function": "relu", "dropout": 0.1},
+    "t5": {"dropout_rate": 0.1, "feed_forward_proj": "relu"},
+}
+
+
 def _read_legacy(cfg: dict[str, Any], mt: str) -> dict[str, Any]:
+    cfg = {**LEGACY_DEFAULTS.get(mt, {}), **cfg}
     hidden = _first(cfg, "hidden_size", "n_embd", "d_model")
     heads = _first(cfg, "num_attention_heads", "n_head", "num_heads")
     layers = _first(cfg, "num_hidden_layers", "n_layer", "num_layers")

@@ -91,7 +91,8 @@ MEMORY_BOUND_BACKWARD_RATIO = 1.5
 FUSED_ATTENTION_BACKWARD_RATIO = 2.5
 
 
-def memory_bound_bytes_per_token(arch: ModelArch, precision: Precision) -> float:
+def memory_bound_bytes_per_token(arch: ModelArch, precision: Precision, *, seq_len: int = 0,
+                                  eager_attention: bool = False) -> float:  # fmt: skip
     """HBM bytes one block's memory-bound ops move per token in forward (one kernel per op: a lower bound).
 
     Under AMP the weights are fp32, so the embeddings and the residual stream are fp32 (an add of a 16-bit
@@ -101,6 +102,15 @@ def memory_bound_bytes_per_token(arch: ModelArch, precision: Precision) -> float
     stream and the branch output, write the stream); the MLP activation (GELU: read + write the ffn row;
     SwiGLU: act(gate) read + write, then act·up read 2 write 1); rotary embeddings (read + write q and k).
     Bias adds run in the matmul's epilogue (cuBLAS addmm) and move nothing extra.
+    transformers' Python GELU (``gelu_new``, ``NewGELUActivation``: ``0.5 * x * (1 + tanh(c * (x + 0.044715 *
+    pow(x, 3))))``) runs as eight elementwise kernels (pow, two scalar multiplies, the add, tanh, ``1 +``, ``0.5 * x``,
+    the product): 18a bytes an element at one dtype of a bytes.  Under autocast ``pow`` is on torch.amp's CUDA
+    float32 list, so x is cast to fp32 (a + 4) and type promotion keeps the rest fp32: pow, the scalar ops, tanh and
+    ``1 +`` (8 each), the add of the 16-bit x (a + 8), ``0.5 * x`` (2a) and the product (a + 8): 68 + 5a.
+    Eager attention (no fused kernel, ``eager_attention``) writes and reads the s × s scores of every head through
+    separate kernels (transformers' ``eager_attention_forward``): the QKᵀ output (a), the scaling (2a), the causal
+    mask (2a), softmax (2a; under autocast in fp32, torch.amp's float32 list: a + 4, then the cast back, 4 + a) and
+    the read by the PV matmul (a): 8a, or 8a + 8 under autocast; with dropout its output and mask add 2a + 1.
     """
     a = precision.compute_bytes
     r = 4 if precision.mixed else a
@@ -111,8 +121,14 @@ def memory_bound_bytes_per_token(arch: ModelArch, precision: Precision) -> float
     norm = 2 * r * h + ((r + a) * h if r != a else 0)
     residual = (2 * r + a) * h
     activation = (5 if arch.mlp == "swiglu" else 2) * a * f
+    if arch.gelu_python and arch.mlp == "gelu":
+        activation = (68 + 5 * a if precision.mixed else 18 * a) * f
+    scores = 0.0
+    if eager_attention and seq_len:
+        per_score = 8 * a + (8 if precision.mixed else 0) + (2 * a + 1 if arch.dropout > 0 else 0)
+        scores = per_score * arch.heads * seq_len
     rotary = 2 * a * (attention_inner_dim(arch) + kv_inner_dim(arch)) if arch.position == "rope" else 0
-    return float(arch.block_norms * norm + 2 * residual + activation + rotary)
+    return float(arch.block_norms * norm + 2 * residual + activation + rotary + scores)
 
 
 def training_step_flops(

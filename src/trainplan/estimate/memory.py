@@ -315,7 +315,10 @@ def layer_activation_bytes(
     ``gelu_python``: transformers' ``NewGELUActivation`` (``gelu_new``: GPT-2, GPT-J) is the Python expression
     ``0.5 * x * (1 + tanh(c * (x + 0.044715 * pow(x, 3))))``; autograd keeps ``x`` (for ``pow``), the ``tanh``
     output, ``0.5 * x`` and ``1 + tanh`` (both operands of the last product, ``derivatives.yaml`` ``mul``), and the
-    output projection keeps the result: 5e·f where a fused GELU keeps 2e·f.
+    output projection keeps the result: 5e·f where a fused GELU keeps 2e·f.  Under autocast ``pow`` is one of the CUDA
+    ops that autocast to float32 (``torch.amp`` docs), so it keeps an fp32 copy of ``x`` and everything after it up to
+    the last product is fp32 by type promotion: fp32 ``x``, ``tanh`` output and ``1 + tanh`` (4 bytes each),
+    ``0.5 * x`` and the projection's 16-bit cast of the result (e each) — 12 + 2e bytes per element.
     ``attention_output_copy``: PyTorch's fused SDPA kernel keeps its own output
     ``(B, H, S, D)`` for backward, and the output projection keeps the
     contiguous ``(B, S, H·D)`` copy that ``transpose(1, 2).contiguous()`` (or
@@ -340,7 +343,7 @@ def layer_activation_bytes(
             core += heads * seq_len * (1 + (0 if fp32_softmax else e))
     intermediates = (2 if mlp == "swiglu" else 1) if compiled else (4 if mlp == "swiglu" else 2)
     if gelu_python and mlp == "gelu" and not compiled:
-        intermediates = 5
+        intermediates = (12 + 2 * e) / e if precision.mixed else 5
     if fused and mlp == "swiglu" and not compiled:
         keeps_product = fused_kernels is FusedKernels.LIGER and down_proj_keeps_input
         intermediates = 3 if keeps_product else 2

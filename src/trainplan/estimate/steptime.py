@@ -74,12 +74,25 @@ def links_for(hw: Hardware, catalog: Catalog) -> Links:
 
 
 def optimizer_bytes_touched(trainable_local: float, optimizer: Optimizer, precision: Precision, strategy: Strategy,
-                            *, adafactor_elems_per_param: float = 0.0) -> float:  # fmt: skip
-    """Bytes an optimizer step reads and writes: read weights, gradients, state; write weights, state."""
+                            *, adafactor_elems_per_param: float = 0.0, foreach: bool = False) -> float:  # fmt: skip
+    """Bytes an optimizer step reads and writes.
+
+    A fused kernel (``fused=True``, DeepSpeed's FusedAdam) makes one pass: read weights, gradients and state, write
+    weights and state.  PyTorch's default Adam / AdamW on CUDA is the *foreach* implementation
+    (torch/optim/adam.py ``_multi_tensor_adam``, torch 2.x), a sequence of multi-tensor kernels each of which reads
+    and writes whole tensors: ``_foreach_mul_`` of the weights (AdamW's decoupled decay), ``_foreach_lerp_`` of the
+    first moment with the gradient, ``_foreach_mul_`` and ``_foreach_addcmul_`` of the second moment, ``_foreach_sqrt``
+    into a temporary, ``_foreach_div_`` and ``_foreach_add_`` (eps) of it, ``_foreach_addcdiv_`` into the weights —
+    4w + 2g + 14s bytes a parameter (w weight, g gradient, s one state element) against the fused 2w + g + 4s.
+    With ``foreach`` that count replaces the single pass for AdamW.
+    """
     e = strategy.engine
     w = weight_bytes_per_param(precision, e)
     g = gradient_bytes_per_param(precision, e)
     o = optimizer_bytes_per_param(optimizer, precision, e, adafactor_elems_per_param=adafactor_elems_per_param)
+    if foreach and optimizer is Optimizer.ADAMW and e is not Engine.DEEPSPEED:
+        s = o / 2  # exp_avg and exp_avg_sq
+        return trainable_local * (4 * w + 2 * g + 14 * s)
     return trainable_local * (2 * w + g + 2 * o)
 
 
@@ -99,6 +112,7 @@ def step_time(
     efficiency: float,
     adafactor_elems_per_param: float = 0.0,
     split: KernelSplit | None = None,
+    foreach_optimizer: bool = False,
 ) -> StepTime:
     """Seconds per optimizer step on ``hw`` with ``strategy``.
 
@@ -122,6 +136,11 @@ def step_time(
         return StepTime(float("inf"), None, {}, f"{acc.id if acc else 'CPU'} has no published peak for {dtype}")
     layout = hw.layout
     n = layout.world_size
+    if split is not None and dtype == "fp32" and acc.peak_fp32_tflops:
+        # a transformer's fp32 matmuls run on the plain fp32 units: PyTorch leaves TF32 off for matmuls unless asked
+        # (torch.backends.cuda.matmul.allow_tf32 is False by default since 1.12, "TensorFloat-32 (TF32) on Ampere
+        # (and later) devices" in PyTorch's CUDA semantics notes); cuDNN convolutions do use it (traced profiles)
+        peak = acc.peak_fp32_tflops * 1e12
     if split is None:
         t_fwd = flops_forward / (peak * efficiency)
         t_bwd = flops_backward / (peak * efficiency)
@@ -146,7 +165,8 @@ def step_time(
     except ValueError as exc:
         t_comm, reason = float("inf"), str(exc)
     local = trainable_params / (n if strategy.shards_optimizer else 1)
-    touched = optimizer_bytes_touched(local, optimizer, precision, strategy, adafactor_elems_per_param=adafactor_elems_per_param)
+    touched = optimizer_bytes_touched(local, optimizer, precision, strategy, adafactor_elems_per_param=adafactor_elems_per_param,
+                                      foreach=foreach_optimizer and not strategy.offloads_optimizer)  # fmt: skip
     t_opt = t_offload = 0.0
     if strategy.offloads_optimizer:
         pcie = catalog.assumption("pcie_gb_s") * 1e9
@@ -188,6 +208,7 @@ def parallel_step_time(
     model_split: ModelSplit,
     adafactor_elems_per_param: float = 0.0,
     split: KernelSplit | None = None,
+    foreach_optimizer: bool = False,
 ) -> StepTime:
     """Seconds per optimizer step of a tensor / pipeline / context / expert parallel layout.
 
@@ -221,7 +242,8 @@ def parallel_step_time(
                      micro_steps=1 if once else micro_steps, flops_forward=scale * flops_forward,
                      flops_backward=scale * flops_backward, flops_model=scale * flops_model,
                      trainable_params=trainable_local, total_params=trainable_local, efficiency=efficiency,
-                     adafactor_elems_per_param=adafactor_elems_per_param, split=kernels)  # fmt: skip
+                     adafactor_elems_per_param=adafactor_elems_per_param, split=kernels,
+                     foreach_optimizer=foreach_optimizer)  # fmt: skip
     if base.reason:
         return base
     try:

@@ -379,7 +379,8 @@ def transformer_profile(job: TransformerJob, catalog: Catalog | None = None, *, 
         checkpointing=job.activation_checkpointing,
         lm_head_params=arch.vocab * arch.hidden if arch.has_lm_head else 0,
         causal_fused_attention=_flash(job, arch) and arch.arch == "decoder",
-        block_bytes_per_token=memory_bound_bytes_per_token(arch, job.precision),
+        block_bytes_per_token=memory_bound_bytes_per_token(arch, job.precision, seq_len=job.seq_len,
+                                                           eager_attention=not _flash(job, arch)),  # fmt: skip
         fp8_matmul_params=fp8_params,
         fp8_cast_bytes=fp8_casts,
     )
