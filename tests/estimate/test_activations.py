@@ -224,3 +224,27 @@ def test_a_python_gelu_keeps_five_tensors_where_a_fused_one_keeps_two() -> None:
               mlp="gelu", norm="layernorm", precision=Precision.FP32, flash_attention=True)  # fmt: skip
     extra = layer_activation_bytes(**kw, gelu_python=True) - layer_activation_bytes(**kw)
     assert extra == tokens * ffn * 4 * 3  # five kept where the fused GELU's count has two (input, output)
+
+
+def test_a_python_gelu_under_cuda_autocast_keeps_fp32_copies() -> None:
+    """Under autocast ``pow`` is on the CUDA float32 list (torch.amp docs), so gelu_new's pow takes an fp32 copy of the
+    16-bit fc output and type promotion keeps the rest fp32. Emulated on CPU by the same casts (CPU autocast's lists
+    differ): pow keeps the fp32 x, tanh its fp32 output, the product 0.5·x (16-bit) and 1 + tanh (fp32), the output
+    projection the 16-bit cast of the result — 12 + 2e bytes an element (memory.layer_activation_bytes; measured on an
+    H200: docs/benchmarks.md, "GPU validation")."""
+    import math
+
+    tokens, hidden, ffn = 16, 32, 128
+    w_out = torch.randn(hidden, ffn, dtype=torch.bfloat16, requires_grad=True)
+
+    def mlp(h: torch.Tensor) -> torch.Tensor:
+        x = h * 1.0  # the 16-bit fc output (not a leaf)
+        y = 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x.float(), 3.0))))
+        return F.linear(y.to(torch.bfloat16), w_out)  # autocast casts the fp32 result for the projection
+
+    h = torch.randn(tokens, ffn, dtype=torch.bfloat16, requires_grad=True)
+    assert _saved_bytes(mlp, h, exclude=(w_out, h)) == tokens * ffn * (12 + 2 * 2)
+    kw = dict(seq_len=tokens, micro_batch=1, hidden=hidden, heads=2, q_dim=hidden, kv_dim=hidden, ffn_hidden=ffn,
+              mlp="gelu", norm="layernorm", precision=Precision.BF16, flash_attention=True)  # fmt: skip
+    extra = layer_activation_bytes(**kw, gelu_python=True) - layer_activation_bytes(**kw)
+    assert extra == tokens * ffn * (12 + 2 * 2 - 2 * 2)  # against the fused GELU's input and output

@@ -275,3 +275,7 @@ def test_gpt2_presets_read_like_their_config_json() -> None:
     read, preset = arch_from_hf_config(cfg), resolve_model("gpt2")
     assert (read.dropout, read.gelu_python) == (preset.dropout, preset.gelu_python) == (0.1, True)
     assert not arch_from_hf_config({**cfg, "activation_function": "gelu"}).gelu_python
+    # a config.json that leaves the keys out builds GPT2Config's defaults (gelu_new, 0.1 dropout): read the same
+    bare = {k: v for k, v in cfg.items() if not k.endswith("pdrop") and k != "activation_function"}
+    assert (arch_from_hf_config(bare).dropout, arch_from_hf_config(bare).gelu_python) == (0.1, True)
+    assert arch_from_hf_config({**bare, "resid_pdrop": 0.0}).dropout == 0.0

@@ -108,7 +108,7 @@ def test_step_time_adds_the_three_rates() -> None:
     fwd_bwd = prof.flops.forward + prof.flops.backward + prof.flops.recompute
     attn = split.attention_forward + split.attention_backward
     e_mm, e_attn = gemm_efficiency(cat, acc.id), attention_efficiency(cat, acc.id)
-    moved = split.bytes_forward + split.bytes_backward
+    moved = split.bytes_forward + split.bytes_backward + split.amp_forward + split.amp_backward  # a GPU: casts too
     expected = (fwd_bwd - attn) / (peak * e_mm) + attn / (peak * e_attn) + moved / bw
     e = estimate_transformer(job, hw, Strategy.SINGLE, cat)
     assert e.time_breakdown["compute_s"] == pytest.approx(expected)
@@ -155,3 +155,63 @@ def test_fsdp_cpu_offload_streams_the_fp32_shard_every_micro_step() -> None:
     # DeepSpeed ZeRO-3 offload streams its 16-bit working weights; gradients go down once per step
     z1, z4 = _offload_seconds(Strategy.ZERO3_OFFLOAD, 1), _offload_seconds(Strategy.ZERO3_OFFLOAD, 4)
     assert z4 - z1 == pytest.approx(3 * 2 * shard * 2 / pcie)
+
+
+def test_foreach_adamw_moves_what_pytorchs_multi_tensor_kernels_read_and_write() -> None:
+    """PyTorch's foreach AdamW (torch/optim/adam.py ``_multi_tensor_adam``), run for real on CPU with foreach=True and
+    every aten op it dispatches logged: the bytes its ``_foreach_*`` kernels read and write equal
+    ``optimizer_bytes_touched(..., foreach=True)`` — 4w + 2g + 14s a parameter, 80 bytes in fp32 — where a fused
+    kernel moves 2w + g + 4s = 28."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    from trainplan.estimate.steptime import optimizer_bytes_touched
+    from trainplan.spec import Optimizer, Precision
+
+    params = [torch.nn.Parameter(torch.randn(n)) for n in (1000, 2000, 3000)]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01, foreach=True)
+    opt.step()  # creates the state; the second step is the steady one
+
+    class Count(TorchDispatchMode):
+        moved = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            out = func(*args, **(kwargs or {}))
+            if func.__name__.startswith("_foreach_"):
+                # each distinct tensor read once (addcmul_(v, g, g) names the gradient twice)
+                big = list({t.data_ptr(): t for t in tree_flatten(args)[0]
+                            if isinstance(t, torch.Tensor) and t.numel() > 1}.values())  # fmt: skip
+                read = sum(t.numel() * t.element_size() for t in big)
+                written = sum(t.numel() * t.element_size() for t in tree_flatten(out)[0]
+                              if isinstance(t, torch.Tensor) and t.numel() > 1)  # fmt: skip
+                if func.__name__.split(".")[0].endswith("_"):  # in place: writes its first list
+                    written = sum(t.numel() * t.element_size() for t in args[0] if t.numel() > 1)
+                Count.moved += read + written
+            return out
+
+    with Count():
+        opt.step()
+    n = sum(p.numel() for p in params)
+    assert Count.moved == 80 * n
+    assert optimizer_bytes_touched(n, Optimizer.ADAMW, Precision.FP32, Strategy.SINGLE, foreach=True) == 80 * n
+    assert optimizer_bytes_touched(n, Optimizer.ADAMW, Precision.FP32, Strategy.SINGLE) == 28 * n
+
+
+def test_eager_attention_and_a_python_gelu_move_more_bytes() -> None:
+    """Eager attention writes and reads every head's s x s scores through separate kernels (8a + 8 bytes a score under
+    autocast, + 2a + 1 with dropout); transformers' Python GELU is eight kernels (68 + 5a bytes an element under
+    autocast, 18a at one dtype) where a fused GELU reads and writes once (2a)."""
+    arch = ModelArch(layers=2, hidden=64, heads=4, ffn_hidden=256, vocab=100, mlp="gelu", norm="layernorm",
+                     position="learned", bias=True)  # fmt: skip
+    base = memory_bound_bytes_per_token(arch, Precision.BF16)
+    assert memory_bound_bytes_per_token(arch, Precision.BF16, seq_len=512, eager_attention=True) - base == 24 * 4 * 512
+    dropped = arch.model_copy(update={"dropout": 0.1})
+    assert (memory_bound_bytes_per_token(dropped, Precision.BF16, seq_len=512, eager_attention=True)
+            - memory_bound_bytes_per_token(dropped, Precision.BF16)) == 29 * 4 * 512  # fmt: skip
+    python_gelu = arch.model_copy(update={"gelu_python": True})
+    assert memory_bound_bytes_per_token(python_gelu, Precision.BF16) - base == (78 - 4) * 256
+    assert memory_bound_bytes_per_token(python_gelu, Precision.BF16_PURE) - memory_bound_bytes_per_token(
+        arch, Precision.BF16_PURE) == (36 - 4) * 256

@@ -49,6 +49,10 @@ class KernelSplit:
     # the casts that feed them are in the bytes above
     fp8_forward: float = 0.0
     fp8_backward: float = 0.0
+    # autocast's weight casts (transformer.autocast_cast_bytes), full-checkpointing recompute included: separate kernels
+    # in eager PyTorch on a GPU; XLA (TPU) fuses them into their consumers
+    amp_forward: float = 0.0
+    amp_backward: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -146,6 +150,7 @@ def training_step_flops(
     block_bytes_per_token: float = 0.0,
     fp8_matmul_params: float = 0.0,
     fp8_cast_bytes: tuple[float, float] = (0.0, 0.0),
+    amp_cast_bytes: tuple[float, float] = (0.0, 0.0),
 ) -> StepFlops:
     """Forward, backward and recomputation FLOPs of one micro-batch of ``tokens``.
 
@@ -157,7 +162,8 @@ def training_step_flops(
     step time can price each at its own rate (steptime.py).  ``fp8_matmul_params``
     (precision fp8: the block linear weights) put their GEMMs — forward, both
     backward GEMMs, and the forward again under full checkpointing — on the FP8
-    tensor cores; ``fp8_cast_bytes`` (forward, backward) are the casts feeding them.
+    tensor cores; ``fp8_cast_bytes`` (forward, backward) are the casts feeding them, ``amp_cast_bytes``
+    autocast's 16-bit weight copies (transformer.autocast_cast_bytes).
     """
     mm = matmul_flops_forward(matmul_params, tokens)
     attn = attention_flops_forward(layers=layers, seq_len=seq_len, attn_dim=attn_dim, tokens=tokens)
@@ -192,11 +198,13 @@ def training_step_flops(
         fp8_fwd = matmul_flops_forward(fp8_matmul_params, tokens)
         fp8_bwd = 2.0 * fp8_fwd + (fp8_fwd if checkpointing is Checkpointing.FULL else 0.0)
         cast_f, cast_b = fp8_cast_bytes
+        amp_f, amp_b = amp_cast_bytes
         if checkpointing is Checkpointing.FULL:
             cast_b += cast_f
+            amp_b += amp_f
         split = KernelSplit(attention_forward=fused,
                             attention_backward=(attn_backward if fused else 0.0) + recomputed_attn,
                             bytes_forward=bytes_fwd + cast_f, bytes_backward=bytes_bwd + cast_b,
-                            fp8_forward=fp8_fwd, fp8_backward=fp8_bwd)  # fmt: skip
+                            fp8_forward=fp8_fwd, fp8_backward=fp8_bwd, amp_forward=amp_f, amp_backward=amp_b)  # fmt: skip
     return StepFlops(forward=forward, backward=backward, recompute=recompute, causal_skipped=skipped,
                      kernel_recompute=kernel_recompute, split=split)  # fmt: skip

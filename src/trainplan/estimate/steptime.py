@@ -152,10 +152,11 @@ def step_time(
         # efficiency was measured apart); everything else at the 16-bit peak
         peak8 = (acc.peak_fp8_tflops or 0.0) * 1e12
         f8_f, f8_b = (split.fp8_forward, split.fp8_backward) if peak8 > 0 else (0.0, 0.0)
+        eager = acc.kind == "gpu"  # eager PyTorch: autocast's casts are kernels of their own (XLA fuses them)
         t_fwd = ((flops_forward - a_f - f8_f) / (peak * e_mm) + (f8_f / (peak8 * e_mm) if f8_f else 0.0)
-                 + a_f / (peak * e_attn) + split.bytes_forward / bw)  # fmt: skip
+                 + a_f / (peak * e_attn) + (split.bytes_forward + (split.amp_forward if eager else 0.0)) / bw)  # fmt: skip
         t_bwd = ((flops_backward - a_b - f8_b) / (peak * e_mm) + (f8_b / (peak8 * e_mm) if f8_b else 0.0)
-                 + a_b / (peak * e_attn) + split.bytes_backward / bw)  # fmt: skip
+                 + a_b / (peak * e_attn) + (split.bytes_backward + (split.amp_backward if eager else 0.0)) / bw)  # fmt: skip
     reason = None
     try:
         plan = comm_plan(strategy, layout=layout, links=links_for(hw, catalog), trainable_params=trainable_params,
@@ -166,7 +167,8 @@ def step_time(
         t_comm, reason = float("inf"), str(exc)
     local = trainable_params / (n if strategy.shards_optimizer else 1)
     touched = optimizer_bytes_touched(local, optimizer, precision, strategy, adafactor_elems_per_param=adafactor_elems_per_param,
-                                      foreach=foreach_optimizer and not strategy.offloads_optimizer)  # fmt: skip
+                                      foreach=foreach_optimizer and not strategy.offloads_optimizer
+                                      and acc.kind == "gpu")  # XLA (TPU) compiles the update into fused kernels  # fmt: skip
     t_opt = t_offload = 0.0
     if strategy.offloads_optimizer:
         pcie = catalog.assumption("pcie_gb_s") * 1e9
@@ -237,7 +239,8 @@ def parallel_step_time(
     kernels = None
     if split is not None:
         kernels = KernelSplit(*(getattr(split, f) * scale for f in (
-            "attention_forward", "attention_backward", "bytes_forward", "bytes_backward", "fp8_forward", "fp8_backward")))
+            "attention_forward", "attention_backward", "bytes_forward", "bytes_backward", "fp8_forward", "fp8_backward",
+            "amp_forward", "amp_backward")))
     base = step_time(hw=dp_hw, strategy=strategy, catalog=catalog, precision=precision, optimizer=optimizer,
                      micro_steps=1 if once else micro_steps, flops_forward=scale * flops_forward,
                      flops_backward=scale * flops_backward, flops_model=scale * flops_model,

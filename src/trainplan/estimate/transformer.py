@@ -286,6 +286,26 @@ def attention_flops_width(arch: ModelArch, seq_len: int) -> float:
     return width * (full + local) / arch.layers
 
 
+def autocast_cast_bytes(job: TransformerJob, m: TransformerModel) -> tuple[float, float]:
+    """HBM bytes (forward, backward) of autocast's weight casts in one micro-batch.
+
+    Under bf16 / fp16 mixed precision the matmul weights are fp32 and autocast casts each to 16 bits at its first use
+    in the autocast region (torch.amp docs: the cast is cached until the region exits): read 4, write 2 bytes per
+    weight in forward; a full-checkpointing recompute runs in a new region and casts again (priced with the backward
+    by ``training_step_flops``).  Backward turns each 16-bit weight gradient into the fp32 ``.grad`` through the
+    cast's backward (``_to_copy``: read 2, write 4).  A frozen base kept in fp32 (knob ``frozen_weights_fp32``) is cast
+    the same way in forward and gets no gradient.
+    """
+    if not job.precision.mixed or job.precision is Precision.FP8:
+        return 0.0, 0.0
+    arch = m.arch
+    frozen_fp32 = m.frozen_fp32_bytes / 4.0  # weights
+    if job.method is Method.FULL:
+        weights = m.counts.block_linear + (arch.vocab * arch.hidden if arch.has_lm_head else 0)
+        return 6.0 * weights, 6.0 * weights
+    return 6.0 * frozen_fp32, 0.0
+
+
 def fp8_gemm_terms(job: TransformerJob, arch: ModelArch) -> tuple[float, tuple[float, float]]:
     """Precision fp8: the block linear weights whose GEMMs run in FP8, and the bytes (forward, backward) of the
     casts that feed them, for one micro-batch.
@@ -368,6 +388,7 @@ def transformer_profile(job: TransformerJob, catalog: Catalog | None = None, *, 
     arch = m.arch
     knobs = effective_knobs(job, cat)
     fp8_params, fp8_casts = fp8_gemm_terms(job, arch)
+    amp_f, amp_b = autocast_cast_bytes(job, m)
     flops = training_step_flops(
         tokens=job.seq_len * job.micro_batch,
         matmul_params=m.counts.matmul_per_token,
@@ -383,6 +404,7 @@ def transformer_profile(job: TransformerJob, catalog: Catalog | None = None, *, 
                                                            eager_attention=not _flash(job, arch)),  # fmt: skip
         fp8_matmul_params=fp8_params,
         fp8_cast_bytes=fp8_casts,
+        amp_cast_bytes=(amp_f, amp_b),
     )
     # AMP autocast caches a 16-bit copy of every fp32 matmul weight it casts (torch.amp docs); frozen
     # LoRA/QLoRA bases are stored in 16 (or 4) bits already, so only full training makes them.
