@@ -215,3 +215,18 @@ def test_eager_attention_and_a_python_gelu_move_more_bytes() -> None:
     assert memory_bound_bytes_per_token(python_gelu, Precision.BF16) - base == (78 - 4) * 256
     assert memory_bound_bytes_per_token(python_gelu, Precision.BF16_PURE) - memory_bound_bytes_per_token(
         arch, Precision.BF16_PURE) == (36 - 4) * 256
+
+
+def test_autocast_casts_are_priced_where_the_weights_are_fp32() -> None:
+    """DDP under AMP keeps fp32 weights and autocast casts each at use; DeepSpeed keeps 16-bit working weights, so the
+    same step computes for exactly the cast traffic less (transformer.autocast_cast_bytes)."""
+    cat = get_catalog()
+    job = _job()
+    acc = find_accelerator("A100-80GB")
+    hw = hardware_for_gpu(acc, cat, gpus=2)
+    split = transformer_profile(job, cat).flops.split
+    assert split is not None and split.amp_forward > 0
+    bw = acc.mem_bandwidth_gb_s * 1e9 * cat.assumption("mem_bw_efficiency")
+    ddp = estimate_transformer(job, hw, Strategy.DDP, cat).time_breakdown["compute_s"]
+    zero2 = estimate_transformer(job, hw, Strategy.ZERO2, cat).time_breakdown["compute_s"]
+    assert ddp - zero2 == pytest.approx((split.amp_forward + split.amp_backward) / bw)  # one micro-step
