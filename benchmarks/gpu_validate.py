@@ -594,6 +594,9 @@ def measure_on_gpu(cfg: Config, warmup: int = 2, timed: int = 3,
             target = torch.zeros(cfg.micro_batch, dtype=torch.long)
         elif cfg.model == "unet":
             target = torch.zeros(cfg.micro_batch, 1, cfg.seq, cfg.seq)
+    # building in fp32 and casting leaves the fp32 segments cached: a LoRA 7B then "reserves" 38 GiB for a 15 GiB peak
+    # (the runs of 2026-12-04 recorded that). A model loaded in its dtype never holds them, so drop them first.
+    torch.cuda.empty_cache()
     opt = make_optimizer(model.parameters(), Optimizer(cfg.optimizer))  # PyTorch's CUDA default: foreach
     autocast_on = precision in (Precision.BF16, Precision.FP16)  # fp32_base: precision is bf16, so autocast on
     half = torch.float16 if precision is Precision.FP16 else torch.bfloat16
