@@ -59,3 +59,34 @@ def test_flops_per_token_match_the_published_accounting(rid: str, preset: str, s
     c = param_counts(arch)
     ours = 6 * c.matmul_per_token + 6 * (arch.blocks + arch.mtp_layers) * seq * attention_flops_width(arch, seq)
     assert ours == pytest.approx(published, rel=TOLERANCE.get(preset, 0.02))
+
+
+def test_the_published_moe_layouts_estimate_with_the_layout_each_source_states() -> None:
+    """benchmarks/validate_moe.py's records: each one is estimated (not refused) on its stated hardware and layout,
+    with a positive step time and a per-rank peak; the comparison itself is a benchmark (docs/benchmarks.md)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    from trainplan.catalog import get_catalog
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("validate_moe", root / "benchmarks" / "validate_moe.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["validate_moe"] = module
+    spec.loader.exec_module(module)
+    cat = get_catalog()
+    records = yaml.safe_load((root / "tests" / "data" / "published_moe_layouts.yaml").read_text())
+    assert len(records) >= 6
+    for rec in records:
+        out = module.compare(rec, cat)
+        assert not isinstance(out, str), f"{rec['id']}: {out}"
+        metric, pred, meas, e = out
+        layout = e.hardware.layout
+        assert (layout.tp, layout.pp, layout.ep) == (rec["parallel"].get("tp", 1), rec["parallel"].get("pp", 1),
+                                                     rec["parallel"]["ep"])  # fmt: skip
+        assert layout.world_size == rec["hardware"]["gpus_per_node"] * rec["hardware"]["nodes"]
+        assert pred > 0 and meas > 0 and e.memory.peak > 0
