@@ -129,9 +129,11 @@ class Layout:
     The degrees — tensor (``tp``), pipeline (``pp``, with ``vpp`` virtual stages per rank), context (``cp``) and
     expert (``ep``) parallel — multiply with the data-parallel degree to the world size, and are validated at
     construction, as torchtitan's ``ParallelDims`` does: ``tp × pp × cp`` divides the world size and the quotient
-    is the data-parallel degree (the ranks the strategy replicates or shards over, ``dp``).  Expert parallelism
-    is carved out of the data-parallel × context-parallel ranks (Megatron Core's expert groups; torchtitan
-    borrows ``ep`` from ``dp_shard × cp``), so ``ep`` divides ``dp × cp``.  ``sequence_parallel`` shards the
+    is the data-parallel degree (the ranks the strategy replicates or shards over, ``dp``).  Experts are not
+    tensor-parallel (expert-TP 1): the expert layers get their own mapping of a pipeline stage's ``tp × cp × dp``
+    ranks, with the expert-parallel ranks innermost (Megatron Core's MoE parallel folding, Liu et al. 2025,
+    arXiv 2504.14960; torchtitan lets ``ep`` borrow ``tp`` as well as ``dp_shard × cp`` when expert-TP is 1), so
+    ``ep`` divides ``tp × cp × dp`` and an expert group of up to a node's GPUs stays inside the node.  ``sequence_parallel`` shards the
     norms' and dropouts' activations over the tensor-parallel ranks (Korthikanti et al. 2022, Sec. 4.2.2).
     """
 
@@ -160,9 +162,10 @@ class Layout:
         if self.vpp > 1 and self.pp == 1:
             raise SpecError(f"virtual pipeline stages need pipeline parallelism: --vpp {self.vpp} with --pp 1",
                             field="--vpp")  # fmt: skip
-        if (self.data_parallel * self.cp) % self.ep:
-            raise SpecError(f"expert parallelism is carved out of the data- and context-parallel ranks: ep {self.ep} "
-                            f"must divide dp × cp = {self.data_parallel} × {self.cp}", field="--ep")  # fmt: skip
+        if (self.tp * self.cp * self.data_parallel) % self.ep:
+            raise SpecError(f"expert parallelism is carved out of a pipeline stage's tensor-, context- and data-parallel "
+                            f"ranks: ep {self.ep} must divide tp × cp × dp = {self.tp} × {self.cp} × {self.data_parallel}",
+                            field="--ep")  # fmt: skip
         if self.sequence_parallel and self.tp == 1:
             raise SpecError("sequence parallelism shards activations over the tensor-parallel ranks: it needs --tp > 1",
                             field="--sp")  # fmt: skip

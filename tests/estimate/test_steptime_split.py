@@ -218,8 +218,9 @@ def test_eager_attention_and_a_python_gelu_move_more_bytes() -> None:
 
 
 def test_autocast_casts_are_priced_where_the_weights_are_fp32() -> None:
-    """DDP under AMP keeps fp32 weights and autocast casts each at use; DeepSpeed keeps 16-bit working weights, so the
-    same step computes for exactly the cast traffic less (transformer.autocast_cast_bytes)."""
+    """DDP under AMP keeps fp32 weights and autocast casts each at use; DeepSpeed keeps 16-bit working weights and
+    FSDP gathers 16-bit parameters, so the same step computes for exactly the cast traffic less
+    (transformer.autocast_cast_bytes)."""
     cat = get_catalog()
     job = _job()
     acc = find_accelerator("A100-80GB")
@@ -230,3 +231,4 @@ def test_autocast_casts_are_priced_where_the_weights_are_fp32() -> None:
     ddp = estimate_transformer(job, hw, Strategy.DDP, cat).time_breakdown["compute_s"]
     zero2 = estimate_transformer(job, hw, Strategy.ZERO2, cat).time_breakdown["compute_s"]
     assert ddp - zero2 == pytest.approx((split.amp_forward + split.amp_backward) / bw)  # one micro-step
+    assert estimate_transformer(job, hw, Strategy.FSDP, cat).time_breakdown["compute_s"] == pytest.approx(zero2)

@@ -17,7 +17,10 @@ no combination of degrees has a special case.  Sources:
   Context parallelism divides the sequence each rank holds (Megatron Core context parallel docs; Liu et al.
   2023, "Ring Attention").
 * Experts — Lepikhin et al. 2020 ("GShard"): expert parallelism places E/ep experts per rank; tokens reach
-  them through two all-to-alls forward (dispatch, combine) and two backward.
+  them through two all-to-alls forward (dispatch, combine) and two backward.  Experts are not tensor-parallel, and
+  the expert-parallel ranks are the innermost of the expert layers' own mapping (Megatron Core's MoE parallel
+  folding, Liu et al. 2025, arXiv 2504.14960), so an expert group of up to a node's GPUs exchanges over NVLink
+  whatever the attention's tensor-parallel degree.
 * Communication per micro-batch — Korthikanti Sec. 4.2.2: tensor parallelism all-reduces (or, with sequence
   parallelism, reduce-scatters and all-gathers, the same bytes) the sbh activations twice per block forward and
   twice backward, twice more when full recomputation re-runs the forward; pipeline stages exchange one
@@ -269,7 +272,7 @@ def parallel_comm(split: ModelSplit, layout: Layout, links: Links) -> ParallelCo
     if ep > 1 and split.moe_layers:
         routed = split.tokens / cp / (tp if layout.sequence_parallel else 1) * split.top_k * split.hidden * e
         calls = 4 + (2 if split.full_recompute else 0)
-        expert = split.moe_layers * per_stage / split.layers * calls * all_to_all_seconds(routed, ep, tp * cp, layout, links)
+        expert = split.moe_layers * per_stage / split.layers * calls * all_to_all_seconds(routed, ep, 1, layout, links)
     pipeline = 0.0
     if pp > 1:
         # a stage that fills whole nodes has its neighbour on another node; each tp rank sends 1/tp (scatter-gather)

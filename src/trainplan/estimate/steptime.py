@@ -152,9 +152,11 @@ def step_time(
         # efficiency was measured apart); everything else at the 16-bit peak
         peak8 = (acc.peak_fp8_tflops or 0.0) * 1e12
         f8_f, f8_b = (split.fp8_forward, split.fp8_backward) if peak8 > 0 else (0.0, 0.0)
-        # eager PyTorch on a GPU with fp32 weights: autocast's casts are kernels of their own (XLA fuses them; DeepSpeed
-        # keeps 16-bit working weights, memory.weight_bytes_per_param, so there is nothing to cast)
-        eager = acc.kind == "gpu" and strategy.engine is not Engine.DEEPSPEED
+        # eager PyTorch on a GPU with fp32 weights under autocast (one device, DDP): autocast's casts are kernels of
+        # their own. XLA fuses them; DeepSpeed keeps 16-bit working weights; FSDP's mixed precision gathers the
+        # parameters in their 16-bit param_dtype (torch.distributed.fsdp MixedPrecision / MixedPrecisionPolicy), so
+        # only the local shard is cast, once per gather
+        eager = acc.kind == "gpu" and strategy.engine is Engine.TORCH
         t_fwd = ((flops_forward - a_f - f8_f) / (peak * e_mm) + (f8_f / (peak8 * e_mm) if f8_f else 0.0)
                  + a_f / (peak * e_attn) + (split.bytes_forward + (split.amp_forward if eager else 0.0)) / bw)  # fmt: skip
         t_bwd = ((flops_backward - a_b - f8_b) / (peak * e_mm) + (f8_b / (peak8 * e_mm) if f8_b else 0.0)
