@@ -265,6 +265,28 @@ def test_expert_parallel_divides_the_experts() -> None:
     assert ep.time_breakdown["ep_comm_s"] > 0 and one.time_breakdown["ep_comm_s"] == 0
 
 
+def test_expert_groups_fold_over_the_tensor_parallel_ranks() -> None:
+    """Experts are not tensor-parallel, so the expert layers map a stage's tp × cp × dp ranks with ep innermost
+    (Megatron Core's MoE parallel folding): ep 8 with tp 2 on two 8-GPU nodes is a valid layout whose all-to-alls stay
+    on NVLink, and ep may use the tensor-parallel ranks too (tp 2 × dp 1 on 2 GPUs: ep 2)."""
+    from trainplan.estimate.parallel import parallel_comm
+    from trainplan.estimate.steptime import links_for
+
+    assert Layout(2, 1, tp=2, ep=2).ep == 2
+    with pytest.raises(SpecError):
+        Layout(8, 2, tp=2, ep=32)  # 32 does not divide tp × cp × dp = 16
+    job = parse_job({"kind": "transformer", "model": "mixtral-8x7b", "method": "full", "seq_len": 4096,
+                     "micro_batch": 1, "global_batch": 64, "precision": "bf16", "optimizer": "adamw",
+                     "activation_checkpointing": "full", "tokens": 1e9})  # fmt: skip
+    split = transformer_profile(job, CAT).split
+    hw = hardware_for_gpu(find_accelerator("H100-80GB", CAT), CAT, gpus=8, nodes=2)
+    links = links_for(hw, CAT)
+    inside = parallel_comm(split, Layout(8, 2, tp=2, ep=8, sequence_parallel=True), links).expert
+    across = parallel_comm(split, Layout(8, 2, tp=2, ep=16, sequence_parallel=True), links).expert
+    # the same bytes leave each rank ((n − 1)/n of them); 8 ranks fit a node, 16 do not
+    assert inside > 0 and across > 3 * inside
+
+
 # ----------------------------------------------------------------------------- the command line
 
 
