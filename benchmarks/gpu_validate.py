@@ -23,9 +23,9 @@ bf16-pure with 128K-152K vocabularies, and LoRA with an fp32 frozen base under b
 autocast (no traced counterpart: analytic only).
 
 Step time is predicted as ``flops_per_step / (peak_flops * efficiency)``.
-``peak_flops`` is the GPU's dense bf16 tensor peak, looked up from
-``torch.cuda.get_device_name()`` in :data:`PEAK_TFLOPS` (NVIDIA datasheets) or
-given with ``--peak-tflops``; ``efficiency`` is calibrated on this GPU as the
+``peak_flops`` is the GPU's dense bf16 tensor peak, the catalog's row for
+``torch.cuda.get_device_name()`` (accelerators.csv, with its datasheet source) or
+``--peak-tflops``; ``efficiency`` is calibrated on this GPU as the
 mean achieved fraction of peak over the first ``--calibrate`` (2) measured
 configurations, which are then left out of the time-error statistics.
 
@@ -68,17 +68,8 @@ from trainplan.estimate.trace.optimizers import make_optimizer  # noqa: E402
 from trainplan.estimate.trace.prepare import prepare_model  # noqa: E402
 from trainplan.spec import Checkpointing, InputSpec, LoraSpec, Optimizer, Precision  # noqa: E402
 
-# Dense bf16 tensor-core peak in TFLOP/s, from NVIDIA's datasheets (without sparsity):
-# H100 SXM and H200 SXM 989; A100 312; L40S 362; L4 121; RTX 4090 165 (fp32 accumulate).
-PEAK_TFLOPS: dict[str, float] = {
-    "H200": 989.0,
-    "H100": 989.0,
-    "A100": 312.0,
-    "L40S": 362.0,
-    "L4": 121.0,
-    "4090": 165.0,
-}
-DEFAULT_PEAK_TFLOPS = 989.0
+# Without --peak-tflops the GPU's dense bf16 peak comes from the catalog (catalog/data/accelerators.csv, each row with
+# its datasheet source), found from the driver's name as `trainplan probe` finds it (measure/probe.canonical_gpu_id).
 
 # --------------------------------------------------------------------------- models
 
@@ -646,13 +637,17 @@ def measure_on_gpu(cfg: Config, warmup: int = 2, timed: int = 3,
     return peak, reserved, seconds, opt_seconds, owners
 
 
-def peak_tflops_for(device_name: str, override: float | None) -> float:
+def peak_tflops_for(device_name: str, override: float | None, memory_gib: float = 0.0) -> float:
+    """The dense bf16 peak of the GPU the driver names, from the catalog; ``override`` wins."""
     if override is not None:
         return override
-    for key, value in PEAK_TFLOPS.items():
-        if key in device_name:
-            return value
-    return DEFAULT_PEAK_TFLOPS
+    from trainplan.catalog import get_catalog
+    from trainplan.measure.probe import canonical_gpu_id
+
+    acc = get_catalog().accelerators.get(canonical_gpu_id(device_name, memory_gib))
+    if acc is None or not acc.peak_bf16_tflops:
+        raise SystemExit(f"no catalog row for GPU {device_name!r}; give --peak-tflops")
+    return float(acc.peak_bf16_tflops)
 
 
 # --------------------------------------------------------------------------- report
@@ -745,7 +740,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="only the first N configurations")
     parser.add_argument("--only", default=None, help="only configurations whose name contains this text")
     parser.add_argument(
-        "--peak-tflops", type=float, default=None, help="dense bf16 peak of the GPU (default: by name, else 989)"
+        "--peak-tflops", type=float, default=None, help="dense bf16 peak of the GPU (default: the catalog's row for the driver's name)"
     )
     parser.add_argument("--calibrate", type=int, default=2, help="configurations that calibrate the efficiency")
     parser.add_argument(
@@ -806,11 +801,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"traced {len(configs)} configurations in {time.perf_counter() - started:.1f} s")
 
     device_name = "cpu (dry run)"
-    peak_flops = peak_tflops_for("", args.peak_tflops) * 1e12
+    peak_flops = peak_tflops_for("NVIDIA H100 80GB HBM3", args.peak_tflops, 80.0) * 1e12  # the dry run's reference
     efficiency: float | None = None
     if not args.dry_run:
         device_name = torch.cuda.get_device_name()
-        peak_flops = peak_tflops_for(device_name, args.peak_tflops) * 1e12
+        memory_gib = torch.cuda.get_device_properties(0).total_memory / 2**30
+        peak_flops = peak_tflops_for(device_name, args.peak_tflops, memory_gib) * 1e12
         achieved: list[float] = []
         for cfg, row in zip(configs, rows, strict=True):
             if row.status != "traced":

@@ -577,10 +577,13 @@ def HF_VOCAB(c: Any) -> int:  # noqa: N802 - a lookup, named like the table it r
 
 def test_gpu_validate_calibrates_and_reports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The GPU path's bookkeeping (calibration, OOM, errors, summary) with the GPU replaced by fixed numbers."""
+    from trainplan.catalog import get_catalog
+
     module = _gpu_validate()
     flops = [1e15, 2e15, 1e15, 4e15, 1e15]
     monkeypatch.setattr(module.torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(module.torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
+    monkeypatch.setattr(module.torch.cuda, "get_device_properties", lambda *a: type("P", (), {"total_memory": 141e9}))
     monkeypatch.setattr(
         module,
         "trace_all",
@@ -606,9 +609,9 @@ def test_gpu_validate_calibrates_and_reports(tmp_path: Path, monkeypatch: pytest
     assert [r["status"] for r in rows] == ["ok", "ok", "ok", "oom", "ok"]
     assert [r["calibration"] for r in rows] == [True, True, False, False, False]
     assert rows[1]["reserved_error"] == pytest.approx(11 / 12 - 1) and rows[3]["reserved_error"] is None
-    assert report["peak_tflops"] == 989.0
-    # 1e15 FLOP in 2 s on a 989 TFLOP/s GPU: 50.6% of peak; both calibration configs agree.
-    assert report["efficiency"] == pytest.approx(1e15 / 2.0 / 989e12)
+    assert report["peak_tflops"] == get_catalog().accelerators["H200"].peak_bf16_tflops  # the catalog's row, 989.5
+    # 1e15 FLOP in 2 s on a 989.5 TFLOP/s GPU: 50.5% of peak; both calibration configs agree.
+    assert report["efficiency"] == pytest.approx(1e15 / 2.0 / 989.5e12)
     assert rows[2]["time_error"] == pytest.approx(2.0 / 2.2 - 1)
     assert rows[1]["peak_error"] == pytest.approx(10 / 11 - 1)
     summary = report["summary"]
@@ -628,6 +631,7 @@ def test_gpu_validate_measures_a_configuration_without_a_trace(tmp_path: Path, m
     module = _gpu_validate()
     monkeypatch.setattr(module.torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(module.torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
+    monkeypatch.setattr(module.torch.cuda, "get_device_properties", lambda *a: type("P", (), {"total_memory": 141e9}))
     monkeypatch.setattr(module, "measure_on_gpu", lambda cfg, snapshot=False: (30 * 2**30, 32 * 2**30, 0.1, 0.01, []))
     out = tmp_path / "gpu.json"
     assert module.main(["--only", "llama3.2-1b lora mb4 seq2048", "--workers", "1", "--out", str(out)]) == 0

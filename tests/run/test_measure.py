@@ -18,7 +18,12 @@ from trainplan.measure.probe import Accelerator, GpuInfo, Hardware, canonical_gp
         ("NVIDIA A100-SXM4-80GB", 79.2, "A100-80GB"),
         ("NVIDIA A100-PCIE-40GB", 39.4, "A100-40GB"),
         ("NVIDIA H100 80GB HBM3", 79.6, "H100-80GB"),
-        ("NVIDIA H200", 139.8, "H200-141GB"),
+        ("NVIDIA H200", 139.8, "H200"),  # nvidia-smi and torch on the H200 this project measured on
+        ("NVIDIA H100 PCIe", 79.6, "H100-PCIe"),
+        ("NVIDIA H100 NVL", 93.6, "H100-NVL"),
+        ("NVIDIA B200", 178.4, "B200"),
+        ("NVIDIA L40S", 44.4, "L40S"),
+        ("AMD Instinct MI300X", 191.5, "MI300X"),
         ("Tesla V100-SXM2-16GB", 15.8, "V100-16GB"),
         ("Tesla V100-SXM2-32GB", 31.7, "V100-32GB"),
         ("NVIDIA GeForce RTX 4090", 23.6, "RTX4090"),
@@ -31,6 +36,10 @@ from trainplan.measure.probe import Accelerator, GpuInfo, Hardware, canonical_gp
 )
 def test_gpu_names_map_to_catalog_ids(name, gib, expected) -> None:
     assert canonical_gpu_id(name, gib) == expected
+    if not expected.startswith("gpu:"):
+        from trainplan.catalog import get_catalog
+
+        assert expected in get_catalog().accelerators  # a probed GPU finds its catalog row
 
 
 def test_probe_of_this_machine() -> None:

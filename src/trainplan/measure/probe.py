@@ -91,8 +91,14 @@ def cpu_hardware_id(cpu_model: str, cores: int) -> str:
 # Recognised GPU names → canonical catalog ids.  Order matters: the first match
 # wins, and the memory size separates the variants sold under one name.
 _GPU_PATTERNS: tuple[tuple[str, float | None, str], ...] = (
-    (r"\bH200\b", None, "H200-141GB"),
-    (r"\bH100\b", None, "H100-80GB"),
+    (r"\bH200\b", None, "H200"),
+    (r"\bH100\b.*\bNVL\b", None, "H100-NVL"),  # "NVIDIA H100 NVL"
+    (r"\bH100\b.*\bPCIe\b", None, "H100-PCIe"),  # "NVIDIA H100 PCIe"
+    (r"\bH100\b", None, "H100-80GB"),  # "NVIDIA H100 80GB HBM3" (SXM)
+    (r"\bB200\b", None, "B200"),
+    (r"\bMI325X\b", None, "MI325X"),  # ROCm: "AMD Instinct MI325X"
+    (r"\bMI300X\b", None, "MI300X"),
+    (r"\bL40S\b", None, "L40S"),
     (r"\bA100\b", 60.0, "A100-80GB"),  # more than 60 GiB → the 80 GB part
     (r"\bA100\b", None, "A100-40GB"),
     (r"\bV100\b", 24.0, "V100-32GB"),
