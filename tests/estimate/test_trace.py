@@ -362,6 +362,29 @@ def test_linear_stack_flops_are_2mnk_and_backward_doubles() -> None:
     assert plain.flops_per_step == plain.flops_forward + plain.flops_backward
 
 
+@pytest.mark.parametrize(("h_q", "h_kv"), [(8, 8), (8, 2), (32, 8)])
+def test_fused_attention_flops_count_grouped_query_attention(h_q: int, h_kv: int) -> None:
+    """trainplan's own formulas for the CPU flash-attention op: 2·b·h·s²·(d_q + d_v) forward and (3·d_q + 2·d_v)
+    backward with the query heads — what PyTorch's GQA-aware formulas (torch >= 2.12) count, and what older PyTorch
+    asserted on (grouped-query attention used to be untraceable there)."""
+    from torch.utils import flop_counter
+
+    from trainplan.estimate.trace.flops import EXTRA_FLOP_FORMULAS
+
+    aten = torch.ops.aten
+    fwd = EXTRA_FLOP_FORMULAS[aten._scaled_dot_product_flash_attention_for_cpu]
+    bwd = EXTRA_FLOP_FORMULAS[aten._scaled_dot_product_flash_attention_for_cpu_backward]
+    b, s, d = 2, 128, 64
+    q, kv, out = (b, h_q, s, d), (b, h_kv, s, d), (b, h_q, s, d)
+    assert fwd(q, kv, kv) == 2 * b * h_q * s * s * (d + d)
+    assert bwd(out, q, kv, kv) == 2 * b * h_q * s * s * (3 * d + 2 * d)
+    if h_q == h_kv or torch.__version__ >= "2.12":  # PyTorch's own formulas agree where they accept the shapes
+        assert fwd(q, kv, kv) == flop_counter.sdpa_flop_count(q, kv, kv)
+        assert bwd(out, q, kv, kv) == flop_counter.sdpa_backward_flop_count(out, q, kv, kv)
+    with pytest.raises(ValueError):
+        fwd((b, 6, s, d), (b, 4, s, d), (b, 4, s, d))  # 4 K/V heads cannot serve 6 query heads
+
+
 def test_checkpointing_recomputes_and_lowers_activations() -> None:
     kwargs = dict(micro_batch=4, precision="bf16", loss="cross_entropy", device="cuda")
     none = trace_training_step(llama, TOK, activation_checkpointing="none", **kwargs)

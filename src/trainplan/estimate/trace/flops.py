@@ -26,24 +26,35 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
-from torch.utils.flop_counter import (
-    FlopCounterMode,
-    sdpa_backward_flop_count,
-    sdpa_flop_count,
-)
+from torch.utils.flop_counter import FlopCounterMode
 
 __all__ = ["EXTRA_FLOP_FORMULAS", "KERNEL_CLASSES", "FlopTally"]
 
 _aten = torch.ops.aten
 
 
-# FlopCounterMode has formulas for CUDA's fused attention ops but not for the
-# CPU flash-attention op the fake CPU device dispatches to; use PyTorch's own
-# SDPA formulas for it (they count full, non-causal attention, as on CUDA).
+# FlopCounterMode has formulas for CUDA's fused attention ops but not for the CPU flash-attention op the fake CPU
+# device dispatches to. Counted here as PyTorch's own SDPA formulas count (torch/utils/flop_counter.py,
+# sdpa_flop_count / sdpa_backward_flop_count: full, non-causal attention): forward QKᵀ and PV, 2·b·h·s_q·s_k·(d_q +
+# d_v); backward the recomputed scores, the two matmuls through PV and the two through QKᵀ (FlashAttention's
+# backward, Dao et al. 2022, Alg. 4), 2·b·h·s_q·s_k·(3·d_q + 2·d_v) — with h the query heads, so grouped-query
+# attention (fewer K/V heads, read in place) counts as the kernel runs it. PyTorch before 2.12 asserts equal heads in
+# those formulas, which made every GQA model (Llama 3, Qwen, Mistral) untraceable there.
+def _sdpa_dims(query_shape: Any, key_shape: Any, value_shape: Any) -> tuple[int, int, int, int, int, int]:
+    b, h_q, s_q, d_q = query_shape
+    b_k, h_kv, s_k, d_k = key_shape
+    b_v, h_v, s_v, d_v = value_shape
+    if not (b == b_k == b_v and h_kv == h_v and d_q == d_k and s_k == s_v and h_q % h_kv == 0):
+        raise ValueError(f"attention shapes do not go together: q {tuple(query_shape)}, k {tuple(key_shape)}, "
+                         f"v {tuple(value_shape)}")  # fmt: skip
+    return b, h_q, s_q, s_k, d_q, d_v
+
+
 def _cpu_flash_forward_flop(
     query_shape: Any, key_shape: Any, value_shape: Any, *args: Any, out_shape: Any = None, **kwargs: Any
 ) -> int:
-    return int(sdpa_flop_count(query_shape, key_shape, value_shape))
+    b, h, s_q, s_k, d_q, d_v = _sdpa_dims(query_shape, key_shape, value_shape)
+    return 2 * b * h * s_q * s_k * (d_q + d_v)
 
 
 def _cpu_flash_backward_flop(
@@ -55,7 +66,8 @@ def _cpu_flash_backward_flop(
     out_shape: Any = None,
     **kwargs: Any,
 ) -> int:
-    return int(sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape))
+    b, h, s_q, s_k, d_q, d_v = _sdpa_dims(query_shape, key_shape, value_shape)
+    return 2 * b * h * s_q * s_k * (3 * d_q + 2 * d_v)
 
 
 # nn.LSTM on CPU runs one oneDNN operator per layer and direction (aten.mkldnn_rnn_layer), which the table
