@@ -51,10 +51,11 @@ def test_unbuildable_architectures_are_refused(changes, field) -> None:
 
 
 @pytest.mark.slow
-def test_llama_on_a_text_file_with_fsdp_two_processes(tmp_path) -> None:
+@pytest.mark.parametrize("checkpointing", ["full", "selective"])
+def test_llama_on_a_text_file_with_fsdp_two_processes(tmp_path, checkpointing) -> None:
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("the quick brown fox jumps over the lazy dog. " * 200)
-    job = write_job(tmp_path / "job.yaml", JOB, data=str(corpus), activation_checkpointing="full", steps=8)
+    job = write_job(tmp_path / "job.yaml", JOB, data=str(corpus), activation_checkpointing=checkpointing, steps=8)
     summary = run(job, tmp_path / "run", strategy="fsdp", devices=2)
     assert summary.status == "completed", summary.message
     ends = rank_records(tmp_path / "run", "end")
@@ -76,3 +77,33 @@ def test_gpt2_style_lora_trains_only_adapters(tmp_path) -> None:
     work = json.loads((tmp_path / "run" / "result.json").read_text())["workload"]
     assert 0 < work["trainable_params"] < work["params"] / 5
     assert work["samples_per_step"] == 4  # global_batch 4 = micro_batch 2 × 2 accumulation steps
+
+
+@pytest.mark.parametrize("mode", ["full", "selective"])
+def test_checkpointing_keeps_the_gradients_and_selective_saves_the_matmuls(mode: str) -> None:
+    """`trainplan run` checkpoints as the trace of the same job does: the gradients equal the un-checkpointed
+    model's, and selective checkpointing saves the matmul and attention outputs (PyTorch's selective activation
+    checkpointing) — so it recomputes fewer FLOPs than full and more than none."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from trainplan.run.workloads.transformer import build_model
+
+    def grads_and_flops(checkpointing: str) -> tuple[dict[str, torch.Tensor], int]:
+        job = parse_job({**JOB, "activation_checkpointing": checkpointing})
+        model = build_model(job, job.model)
+        model.train()
+        x = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(0))
+        with FlopCounterMode(display=False) as counter:
+            model(input_ids=x, labels=x).loss.backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, counter.get_total_flops()
+
+    plain, plain_flops = grads_and_flops("none")
+    got, flops = grads_and_flops(mode)
+    assert got.keys() == plain.keys()
+    for name, g in plain.items():
+        torch.testing.assert_close(got[name], g, rtol=1e-5, atol=1e-6)
+    full_flops = grads_and_flops("full")[1]
+    if mode == "selective":
+        assert plain_flops == flops < full_flops  # matmuls and attention saved: nothing expensive recomputed
+    else:
+        assert flops > plain_flops  # every layer's forward again

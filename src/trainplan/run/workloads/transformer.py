@@ -52,7 +52,12 @@ def lora_targets(job: TransformerJob, arch: ModelArch) -> Any:
 def finish_model(model: torch.nn.Module, job: TransformerJob, arch: ModelArch) -> torch.nn.Module:
     """Activation checkpointing and LoRA adapters as the job says."""
     if job.activation_checkpointing is not Checkpointing.NONE:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        # what the trace of the same job does (estimate/trace/checkpointing.py): full recomputes every layer;
+        # selective saves the matmul and attention outputs and recomputes the cheap ops between them (PyTorch's
+        # selective activation checkpointing, torchtitan's "op" mode) — it used to recompute everything, as full
+        from trainplan.estimate.trace.checkpointing import apply_activation_checkpointing
+
+        apply_activation_checkpointing(model, job.activation_checkpointing)
     lora = job.lora_spec
     if lora is not None:
         from peft import LoraConfig, get_peft_model
