@@ -590,11 +590,11 @@ def test_gpu_validate_grid_covers_the_issue() -> None:
     assert min(c.seq for c in grid if c.is_lm) == 512 and max(c.seq for c in grid if c.is_lm) >= 2048
     # issue 22's mechanisms: eager attention, bf16-pure with a large vocabulary, an fp32 frozen LoRA base
     assert sum(c.attn == "eager" for c in grid) >= 3
-    assert any(c.precision == "bf16-pure" and HF_VOCAB(c) > 100_000 for c in grid)
+    assert any(c.precision == "bf16-pure" and _vocab(c) > 100_000 for c in grid)
     assert any(c.fp32_base and c.lora for c in grid)
 
 
-def HF_VOCAB(c: Any) -> int:  # noqa: N802 - a lookup, named like the table it reads
+def _vocab(c: Any) -> int:
     return int(_gpu_validate().HF_MODELS.get(c.model, {}).get("vocab_size", 0))
 
 

@@ -39,8 +39,7 @@ from trainplan.estimate.profile import ProfileSource, StepProfile
 from trainplan.estimate.result import Estimate, Hardware, Rejection, RejectKind, job_timing
 from trainplan.estimate.tpu import xla_device_memory
 from trainplan.estimate.steptime import default_efficiency, parallel_step_time, step_time
-from trainplan.estimate.stack import effective_knobs
-from trainplan.spec import JobKind, TorchJob, TransformerJob
+from trainplan.spec import TorchJob, TransformerJob
 from trainplan.strategies import Engine, Layout, Strategy
 
 
@@ -248,16 +247,6 @@ def memory_rejection(mem: MemoryBreakdown, hw: Hardware, catalog: Catalog, sourc
     return None
 
 
-def foreach_optimizer(job: TorchJob | TransformerJob, catalog: Catalog) -> bool:
-    """Whether the job's PyTorch optimizer is the default multi-tensor (foreach) one rather than a fused kernel
-    (the stack's ``fused_optimizer`` and ``optimizer_in_backward`` knobs, catalog/data/stacks.yaml); a Keras job's
-    optimizer is not PyTorch's."""
-    if job.kind not in (JobKind.TRANSFORMER, JobKind.TORCH):
-        return False
-    knobs = effective_knobs(job, catalog)
-    return not (knobs.fused_optimizer or knobs.optimizer_in_backward)
-
-
 def compose(
     job: TorchJob | TransformerJob,
     profile: StepProfile,
@@ -293,7 +282,6 @@ def compose(
     timed = rejection is None or time_rejected
     if timed and acc is not None:
         eff = efficiency if efficiency is not None else default_efficiency(catalog, acc.id, profile.mfu_width)
-        foreach = foreach_optimizer(job, catalog)
         if parallel:
             assert profile.split is not None
             loads = stage_loads(profile.split, layout, micro_steps)
@@ -303,7 +291,7 @@ def compose(
                 flops_backward=profile.flops.backward + profile.flops.recompute, flops_model=profile.flops.model,
                 trainable_local=max(ld.dense_params + ld.expert_params for ld in loads), efficiency=eff,
                 model_split=profile.split, adafactor_elems_per_param=profile.params.factored_state_elems,
-                split=profile.flops.split if efficiency is None else None, foreach_optimizer=foreach,
+                split=profile.flops.split if efficiency is None else None, foreach_optimizer=profile.foreach_optimizer,
             )  # fmt: skip
         else:
             st = step_time(
@@ -313,7 +301,7 @@ def compose(
                 trainable_params=profile.params.trainable, total_params=profile.params.total, efficiency=eff,
                 adafactor_elems_per_param=profile.params.factored_state_elems,
                 split=profile.flops.split if efficiency is None else None,  # a measured efficiency covers the whole step
-                foreach_optimizer=foreach,
+                foreach_optimizer=profile.foreach_optimizer,
             )  # fmt: skip
         seconds, mfu, breakdown = st.seconds, st.mfu, st.breakdown
         if st.reason and rejection is None:

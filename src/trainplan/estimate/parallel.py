@@ -232,12 +232,13 @@ def _group_seconds(bytes_: float, factor: float, ranks: int, stride: int, layout
     return collective_seconds(bytes_, factor, Layout(gpus_per_node=in_node, nodes=nodes), share)
 
 
-def all_to_all_seconds(bytes_: float, ranks: int, stride: int, layout: Layout, links: Links) -> float:
-    """An all-to-all of ``bytes_`` per rank: (n − 1)/n of it leaves the rank (NCCL's all-to-all moves each rank's
-    shards directly), over NVLink inside a node, else over the rank's share of the node's network."""
+def all_to_all_seconds(bytes_: float, ranks: int, layout: Layout, links: Links) -> float:
+    """An all-to-all of ``bytes_`` per rank among ``ranks`` consecutive ranks: (n − 1)/n of it leaves the rank (NCCL's
+    all-to-all moves each rank's shards directly), over NVLink inside a node, else over the rank's share of the node's
+    network."""
     if ranks <= 1:
         return 0.0
-    return p2p_seconds(bytes_ * (ranks - 1) / ranks, ranks * stride <= layout.gpus_per_node, layout, links)
+    return p2p_seconds(bytes_ * (ranks - 1) / ranks, ranks <= layout.gpus_per_node, layout, links)
 
 
 def p2p_seconds(bytes_: float, within_node: bool, layout: Layout, links: Links) -> float:
@@ -272,7 +273,7 @@ def parallel_comm(split: ModelSplit, layout: Layout, links: Links) -> ParallelCo
     if ep > 1 and split.moe_layers:
         routed = split.tokens / cp / (tp if layout.sequence_parallel else 1) * split.top_k * split.hidden * e
         calls = 4 + (2 if split.full_recompute else 0)
-        expert = split.moe_layers * per_stage / split.layers * calls * all_to_all_seconds(routed, ep, 1, layout, links)
+        expert = split.moe_layers * per_stage / split.layers * calls * all_to_all_seconds(routed, ep, layout, links)
     pipeline = 0.0
     if pp > 1:
         # a stage that fills whole nodes has its neighbour on another node; each tp rank sends 1/tp (scatter-gather)

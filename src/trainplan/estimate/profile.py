@@ -107,6 +107,9 @@ class StepProfile:
     # what tensor / pipeline / context / expert parallelism divides (analytic transformer profiles only;
     # estimate/parallel.py); None: the profile is planned data parallel only
     split: ModelSplit | None = None
+    # the job's PyTorch optimizer is the default multi-tensor (foreach) one, not a fused kernel nor one stepping inside
+    # backward (the stack's knobs, catalog/data/stacks.yaml): its step moves more bytes (steptime.optimizer_bytes_touched)
+    foreach_optimizer: bool = False
 
     # Names the tests and reports know from the trace result.
     @property

@@ -90,7 +90,7 @@ def optimizer_bytes_touched(trainable_local: float, optimizer: Optimizer, precis
     w = weight_bytes_per_param(precision, e)
     g = gradient_bytes_per_param(precision, e)
     o = optimizer_bytes_per_param(optimizer, precision, e, adafactor_elems_per_param=adafactor_elems_per_param)
-    if foreach and optimizer is Optimizer.ADAMW and e is not Engine.DEEPSPEED:
+    if foreach and optimizer is Optimizer.ADAMW:
         s = o / 2  # exp_avg and exp_avg_sq
         return trainable_local * (4 * w + 2 * g + 14 * s)
     return trainable_local * (2 * w + g + 2 * o)
@@ -171,8 +171,10 @@ def step_time(
         t_comm, reason = float("inf"), str(exc)
     local = trainable_params / (n if strategy.shards_optimizer else 1)
     touched = optimizer_bytes_touched(local, optimizer, precision, strategy, adafactor_elems_per_param=adafactor_elems_per_param,
-                                      foreach=foreach_optimizer and not strategy.offloads_optimizer
-                                      and acc.kind == "gpu")  # XLA (TPU) compiles the update into fused kernels  # fmt: skip
+                                      # PyTorch's own optimizer on a GPU: DeepSpeed steps with its fused kernel (or its
+                                      # CPU Adam when offloading), XLA (TPU) compiles the update into fused kernels
+                                      foreach=foreach_optimizer and strategy.engine is not Engine.DEEPSPEED
+                                      and not strategy.offloads_optimizer and acc.kind == "gpu")  # fmt: skip
     t_opt = t_offload = 0.0
     if strategy.offloads_optimizer:
         pcie = catalog.assumption("pcie_gb_s") * 1e9

@@ -78,6 +78,7 @@ def profile_from_trace(job: TorchJob | TransformerJob, result: Any, largest: int
     kernels are not eager PyTorch and are named in the notes as not traced.
     """
     k = knobs or Knobs(stack=job.stack)
+    foreach_optimizer = not (k.fused_optimizer or k.optimizer_in_backward)
     untraced = [name for name in UNTRACED_KNOBS if getattr(k, name)]
     if k.loss in (LossImpl.FUSED, LossImpl.FUSED_LINEAR):
         untraced.append(f"loss {k.loss.value}")
@@ -129,8 +130,7 @@ def profile_from_trace(job: TorchJob | TransformerJob, result: Any, largest: int
         memory=StepMemory(
             activations=max(0.0, activations - autocast),
             autocast_copies=min(autocast, activations),
-            optimizer_temporaries=0.0 if k.fused_optimizer or k.optimizer_in_backward
-            else float(getattr(result, "optimizer_temporary_bytes", 0)),
+            optimizer_temporaries=float(getattr(result, "optimizer_temporary_bytes", 0)) if foreach_optimizer else 0.0,
             transient_gradients=k.optimizer_in_backward,
             pageable_optimizer_state=k.paged_optimizer,
             unsharded_accumulation=k.unsharded_accumulation,  # (frozen_weight_gradients: a trace has no LoRA units)
@@ -147,6 +147,7 @@ def profile_from_trace(job: TorchJob | TransformerJob, result: Any, largest: int
         + ((f"not traced (eager memory shown): {', '.join(untraced)}",) if untraced else ()),
         engines=k.engines,
         stack=k.stack.value,
+        foreach_optimizer=foreach_optimizer,
         trace=summary,
         eager=EagerOps(ops=float(result.ops_step), memory_bytes=float(result.memory_bytes_step),
                        optimizer_ops=float(result.ops_optimizer),

@@ -420,7 +420,8 @@ def transformer_profile(job: TransformerJob, catalog: Catalog | None = None, *, 
     device_acts, host_acts = device_and_host_activation_bytes(job, arch, knobs)
     largest_linear = arch_mod.largest_linear_params(arch)
     # a fused optimizer steps tensor by tensor in place, and so does one that steps inside backward
-    foreach = 0.0 if knobs.fused_optimizer or knobs.optimizer_in_backward else optimizer_foreach_temporary_bytes(m.trainable, job.optimizer)
+    foreach_optimizer = not (knobs.fused_optimizer or knobs.optimizer_in_backward)
+    foreach = optimizer_foreach_temporary_bytes(m.trainable, job.optimizer) if foreach_optimizer else 0.0
     return StepProfile(
         source=ProfileSource.ANALYTIC,
         params=Params(
@@ -454,6 +455,7 @@ def transformer_profile(job: TransformerJob, catalog: Catalog | None = None, *, 
         engines=knobs.engines,
         stack=job.stack.value,
         split=model_split(job, m, knobs),
+        foreach_optimizer=foreach_optimizer,
     )
 
 
