@@ -285,6 +285,16 @@ def test_expert_groups_fold_over_the_tensor_parallel_ranks() -> None:
     across = parallel_comm(split, Layout(8, 2, tp=2, ep=16, sequence_parallel=True), links).expert
     # the same bytes leave each rank ((n − 1)/n of them); 8 ranks fit a node, 16 do not
     assert inside > 0 and across > 3 * inside
+    # a stage holds each expert's optimizer state once, sharded over the expert layers' data-parallel ranks
+    # (tp × cp × dp / ep): ep 8 and ep 16 on the same 16 ranks leave the same state per rank, fewer weights at ep 16
+    job = parse_job({"kind": "transformer", "model": "qwen3-30b-a3b", "method": "full", "seq_len": 4096,
+                     "micro_batch": 1, "global_batch": 64, "precision": "bf16", "optimizer": "adamw",
+                     "activation_checkpointing": "full", "tokens": 1e9})  # 128 experts: ep 8 and 16 both divide them
+    prof = transformer_profile(job, CAT)
+    mems = [compose(job, prof, replace(hw, layout=Layout(8, 2, tp=2, ep=ep, sequence_parallel=True)), Strategy.ZERO1,
+                    CAT).memory for ep in (8, 16)]  # fmt: skip
+    assert mems[0].optimizer == pytest.approx(mems[1].optimizer)
+    assert mems[1].weights < mems[0].weights
 
 
 # ----------------------------------------------------------------------------- the command line

@@ -155,7 +155,9 @@ def parallel_step_memory(job: TorchJob | TransformerJob, profile: StepProfile, h
             states = model_state_bytes(trainable_params=load.dense_params + load.expert_params, world_size=shard_over, **common)  # type: ignore[arg-type]
         else:
             dense = model_state_bytes(trainable_params=load.dense_params, world_size=shard_over, **common)  # type: ignore[arg-type]
-            experts = model_state_bytes(trainable_params=load.expert_params, world_size=max(1, shard_over // layout.ep), **common)  # type: ignore[arg-type]
+            # the expert layers' own data-parallel degree: a stage's tp × cp × dp ranks over ep (the folding
+            # strategies.Layout describes), each holding and sharding 1/ep of the experts
+            experts = model_state_bytes(trainable_params=load.expert_params, world_size=layout.tp * shard_over // layout.ep, **common)  # type: ignore[arg-type]
             states = replace(dense, weights=dense.weights + experts.weights, gradients=dense.gradients + experts.gradients,
                              optimizer=dense.optimizer + experts.optimizer,
                              unsharded_until_backward_end=dense.unsharded_until_backward_end + experts.unsharded_until_backward_end)  # fmt: skip
