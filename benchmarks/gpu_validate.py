@@ -769,7 +769,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     workers = args.workers if args.workers is not None else min(8, os.cpu_count() or 1)
 
     if args.traces:
-        earlier = {r["config"]: r for r in json.loads(Path(args.traces).read_text())["rows"]}
+        try:
+            earlier = {r["config"]: r for r in json.loads(Path(args.traces).read_text())["rows"]}
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"error: --traces: {args.traces} is not a gpu_validate JSON report ({type(exc).__name__}: {exc})",
+                  file=sys.stderr)  # fmt: skip
+            return 2
         traced = [_from_earlier(earlier.get(c.name)) for c in configs]
     else:
         traced = trace_all(configs, workers)

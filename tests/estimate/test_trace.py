@@ -690,6 +690,17 @@ def test_gpu_validate_names_who_holds_the_peak() -> None:
     assert owners[-1] == {"owner": "(total at peak)", "bytes": 500, "blocks": 3}
 
 
+def test_gpu_validate_refuses_a_damaged_traces_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    module = _gpu_validate()
+    bad = tmp_path / "traces.json"
+    for text in ("{not json", '{"rows": 3}', "[]"):
+        bad.write_text(text)
+        assert module.main(["--dry-run", "--traces", str(bad), "--out", str(tmp_path / "o.json")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: --traces:") and err.count("\n") == 1
+    assert not (tmp_path / "o.json").exists()
+
+
 def test_gpu_validate_dry_run(tmp_path: Path) -> None:
     module = _gpu_validate()
     out = tmp_path / "table.json"
