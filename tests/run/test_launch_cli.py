@@ -139,8 +139,9 @@ def test_negative_checkpoint_minutes_are_refused(tmp_path: Path, capsys: pytest.
 
 
 def test_a_model_parallel_option_is_refused_not_rendered_as_data_parallel(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The 405B plan's options split the model (tensor / pipeline parallel); launch renders data-parallel strategies
-    only, so it must say so instead of rendering the option's strategy without its layout."""
+    """The 405B plan's options split the model (tensor / pipeline parallel); torchrun runs trainplan's data-parallel
+    worker, so it must say so (and name the target that renders layouts) instead of rendering the option's strategy
+    without its layout."""
     from trainplan.planner.core import plan_job
     from trainplan.spec import load_job
 
@@ -149,5 +150,5 @@ def test_a_model_parallel_option_is_refused_not_rendered_as_data_parallel(tmp_pa
     n = next(i + 1 for i, e in enumerate(plan.options) if e.hardware.layout.model_parallel)
     code, out, err = cli(capsys, "launch", job, "--option", str(n), "--to", "torchrun", "--out", str(tmp_path / "o"))
     one_error(code, err, "--option:")
-    assert "does not render yet" in err and "tp" in err
+    assert "torchrun does not run" in err and "--to torchtitan renders it" in err and "tp" in err
     assert not (tmp_path / "o").exists()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -13,7 +12,7 @@ from rich.markup import escape
 from trainplan.catalog import find_accelerator, find_instance, get_catalog
 from trainplan.cli.common import dump_json, grid_regions, read_job
 from trainplan.errors import SpecError
-from trainplan.estimate.hardware import Hardware, hardware_for_gpu, hardware_for_instance
+from trainplan.estimate.hardware import Hardware, hardware_for_gpu, hardware_for_instance, with_layout
 from trainplan.planner.calibrated import efficiency_lookup
 from trainplan.planner.core import estimate_option
 from trainplan.planner.fit import micro_batch_fit
@@ -21,16 +20,6 @@ from trainplan.planner.local import cpus_hardware
 from trainplan.spec import TabularJob
 from trainplan.cli.tables import estimate_panel
 from trainplan.strategies import Layout, Strategy
-
-
-def _with_layout(hw: Hardware, degrees: dict[str, int | bool]) -> Hardware:
-    """``hw`` with the model-parallel degrees given on the command line (validated by :class:`Layout`)."""
-    if all(v in (1, False) for v in degrees.values()):
-        return hw
-    if hw.accelerator is None:
-        raise SpecError("tensor / pipeline / context / expert parallelism is planned on GPUs; give --gpu or --instance",
-                        field="--tp/--pp/--cp/--ep")  # fmt: skip
-    return replace(hw, layout=Layout(gpus_per_node=hw.layout.gpus_per_node, nodes=hw.layout.nodes, **degrees))  # type: ignore[arg-type]
 
 
 def _hardware(gpu: str | None, gpus: int, nodes: int, instance: str | None, cpus: int | None) -> Hardware:
@@ -70,7 +59,7 @@ def estimate_command(
 ) -> None:
     """Memory, time and cost of the job on one configuration."""
     job = read_job(job_file)
-    hw = _with_layout(_hardware(gpu, gpus, nodes, instance, cpus), dict(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, sequence_parallel=sp))
+    hw = with_layout(_hardware(gpu, gpus, nodes, instance, cpus), dict(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, sequence_parallel=sp))
     catalog = get_catalog()
     regions = grid_regions(region or [], catalog)
     e = estimate_option(job, hw, catalog, strategy=Strategy.parse(strategy) if strategy else None,

@@ -49,6 +49,12 @@ def launch_command(
     instance: Annotated[Optional[str], typer.Option(help="Instance type (instead of --option).")] = None,
     cpus: Annotated[Optional[int], typer.Option(help="vCPUs of a CPU machine (tabular jobs).")] = None,
     strategy: Annotated[Optional[str], typer.Option(help="Strategy (default: the fastest that fits).")] = None,
+    tp: Annotated[int, typer.Option("--tp", help="--to torchtitan: tensor parallel degree (with --gpu / --instance).")] = 1,
+    pp: Annotated[int, typer.Option("--pp", help="--to torchtitan: pipeline parallel stages.")] = 1,
+    vpp: Annotated[int, typer.Option("--vpp", help="--to torchtitan: virtual pipeline stages per rank (interleaved 1F1B).")] = 1,
+    cp: Annotated[int, typer.Option("--cp", help="--to torchtitan: context parallel degree.")] = 1,
+    ep: Annotated[int, typer.Option("--ep", help="--to torchtitan: expert parallel degree (MoE models).")] = 1,
+    sp: Annotated[bool, typer.Option("--sp", help="--to torchtitan: sequence parallelism over the tensor-parallel ranks.", metavar="")] = False,
     device: Annotated[Optional[str], typer.Option(help="cpu: rehearse the plan's layout on CPUs with gloo.")] = None,
     devices: Annotated[Optional[int], typer.Option(help="--to local only: devices, as `trainplan run --devices`.")] = None,
     steps: Annotated[Optional[int], typer.Option(help="Train this many steps (boosting rounds for tabular jobs).")] = None,
@@ -81,6 +87,8 @@ def launch_command(
         named = [n for n, v in (("--option", option), ("--gpu", gpu), ("--instance", instance), ("--cpus", cpus)) if v is not None]
         if named:
             raise SpecError(f"--to local runs on this machine, like `trainplan run`; {named[0]} names other hardware", field=named[0])
+        if (tp, pp, vpp, cp, ep, sp) != (1, 1, 1, 1, 1, False):
+            raise SpecError("--to local is `trainplan run`, which takes --tp / --sp itself", field="--tp/--pp/--cp/--ep")
         _local(job, out, strategy, devices, steps, checkpoint_every, checkpoint_minutes, overwrite, script, script_arg, max_restarts, json_out)
         return None
     if devices is not None:
@@ -88,6 +96,7 @@ def launch_command(
     request = LaunchRequest(
         job_path=job, target=target, out=out or _default_out(job, target), option=option, gpu=gpu, gpus=gpus,
         nodes=nodes, instance=instance, cpus=cpus, strategy=strategy, device=device, steps=steps,
+        degrees=dict(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, sequence_parallel=sp),
         checkpoint_every=checkpoint_every, checkpoint_minutes=checkpoint_minutes or None, overwrite=overwrite,
         options=LaunchOptions(
             master_addr=master_addr, master_port=master_port, node_rank=node_rank, hostfile=hostfile,

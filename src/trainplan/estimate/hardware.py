@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 from trainplan.catalog import Accelerator, Catalog, CloudTerms, Instance
 from trainplan.catalog.loader import Cpu
-from trainplan.errors import CatalogError
+from trainplan.errors import CatalogError, SpecError
 from trainplan.strategies import Layout
 
 
@@ -219,3 +219,14 @@ def hardware_for_cpus(vcpus: int, catalog: Catalog, *, cpu: CpuRates | None = No
         cpu_model=cpu_model or ref.cpu_model,
         cpu=cpu if cpu is not None else _spec_rates(ref.cpu_model, vcpus, catalog),
     )
+
+
+def with_layout(hw: Hardware, degrees: dict[str, int | bool]) -> Hardware:
+    """``hw`` with model-parallel degrees given on a command line (``tp``, ``pp``, ``vpp``, ``cp``, ``ep``,
+    ``sequence_parallel``; validated by :class:`Layout`)."""
+    if all(v in (1, False) for v in degrees.values()):
+        return hw
+    if hw.accelerator is None:
+        raise SpecError("tensor / pipeline / context / expert parallelism is planned on GPUs; give --gpu or --instance",
+                        field="--tp/--pp/--cp/--ep")  # fmt: skip
+    return replace(hw, layout=Layout(gpus_per_node=hw.layout.gpus_per_node, nodes=hw.layout.nodes, **degrees))  # type: ignore[arg-type]

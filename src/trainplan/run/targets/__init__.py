@@ -14,6 +14,7 @@ ray        :mod:`.ray` — Ray Train driver (TorchTrainer, XGBoost/LightGBM trai
 dask       :mod:`.dask` — tabular jobs on Dask (xgboost.dask, LightGBM Dask, joblib)
 skypilot   :mod:`.skypilot` — ``task.yaml`` for ``sky launch`` / ``sky jobs launch``
 horovod    :mod:`.horovod` — ``horovodrun`` for a Horovod script (rendering only)
+torchtitan :mod:`.torchtitan` — ``torchrun -m torchtitan.train``: tensor / pipeline / context / expert parallel
 =========  =====================================================================
 """
 
@@ -61,5 +62,10 @@ def prepare_launch(request: LaunchRequest) -> tuple[LaunchPlan, Rendered]:
 
         run_dir = remote_run_dir(load_job(request.job_path).name)
     plan = resolve_launch(request, run_dir=run_dir)
-    return plan, render(plan)
+    rendered = render(plan)
+    if request.target is Target.TORCHTITAN:
+        from trainplan.run.targets.torchtitan import checked
+
+        rendered = checked(plan, rendered)
+    return plan, rendered
 

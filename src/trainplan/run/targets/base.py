@@ -16,7 +16,7 @@ from typing import Any
 from trainplan.errors import SpecError
 from trainplan.measure.probe import Accelerator
 from trainplan.run.config import RunConfig
-from trainplan.strategies import Strategy
+from trainplan.strategies import Layout, Strategy
 
 #: torchrun's rendezvous port (also the DeepSpeed launcher's master port) unless --master-port says otherwise.
 DEFAULT_PORT = 29500
@@ -33,6 +33,7 @@ class Target(StrEnum):
     DASK = "dask"
     SKYPILOT = "skypilot"
     HOROVOD = "horovod"
+    TORCHTITAN = "torchtitan"
 
     @classmethod
     def parse(cls, value: str) -> "Target":
@@ -113,6 +114,8 @@ class LaunchPlan:
     config: RunConfig
     out: Path
     options: LaunchOptions = field(default_factory=LaunchOptions)
+    layout: Layout = field(default_factory=Layout)  # the option's degrees (data parallel only, except for torchtitan)
+    micro_steps: int = 1  # micro-batches per data-parallel rank and optimizer step (accumulation, or the pipeline's m)
 
     @property
     def name(self) -> str:

@@ -15,7 +15,8 @@ from typing import Any
 
 from trainplan.catalog import Catalog, find_accelerator, find_instance, get_catalog
 from trainplan.errors import InfeasibleError, SpecError
-from trainplan.estimate.hardware import Hardware, hardware_for_cpus, hardware_for_gpu, hardware_for_instance
+from trainplan.estimate.compat import micro_steps_of
+from trainplan.estimate.hardware import Hardware, hardware_for_cpus, hardware_for_gpu, hardware_for_instance, with_layout
 from trainplan.estimate.result import Estimate
 from trainplan.measure.probe import Accelerator
 from trainplan.planner.calibrated import efficiency_lookup
@@ -43,6 +44,8 @@ class LaunchRequest:
     instance: str | None = None
     cpus: int | None = None
     strategy: str | None = None
+    # model-parallel degrees of a named configuration (tp, pp, vpp, cp, ep, sequence_parallel), as `estimate` takes them
+    degrees: dict[str, int | bool] = field(default_factory=dict)
     device: str | None = None  # "cpu": rehearse the plan's layout on CPUs (gloo)
     steps: int | None = None
     checkpoint_every: int | None = None
@@ -51,15 +54,24 @@ class LaunchRequest:
     options: LaunchOptions = field(default_factory=LaunchOptions)
 
 
+#: Targets that run a layout splitting the model (the others run data-parallel layouts only).
+MODEL_PARALLEL_TARGETS = frozenset({Target.TORCHTITAN})
+
+
 def _hardware(request: LaunchRequest, catalog: Catalog) -> Hardware:
     named = [n for n, v in (("--gpu", request.gpu), ("--instance", request.instance), ("--cpus", request.cpus)) if v is not None]
     if len(named) > 1:
         raise SpecError("give one of --gpu NAME, --instance NAME, --cpus N", field="hardware")
     Layout(gpus_per_node=request.gpus, nodes=request.nodes)  # validates the degrees
     if request.gpu is not None:
-        return hardware_for_gpu(find_accelerator(request.gpu, catalog), catalog, gpus=request.gpus, nodes=request.nodes)
+        hw = hardware_for_gpu(find_accelerator(request.gpu, catalog), catalog, gpus=request.gpus, nodes=request.nodes)
+        return with_layout(hw, request.degrees)
     if request.instance is not None:
-        return hardware_for_instance(find_instance(request.instance, catalog), catalog, nodes=request.nodes)
+        return with_layout(hardware_for_instance(find_instance(request.instance, catalog), catalog, nodes=request.nodes),
+                           request.degrees)  # fmt: skip
+    if any(v not in (1, False) for v in request.degrees.values()):
+        raise SpecError("tensor / pipeline / context / expert parallelism is planned on GPUs; give --gpu or --instance",
+                        field="--tp/--pp/--cp/--ep")  # fmt: skip
     if request.cpus is None or request.cpus < 1:
         raise SpecError(f"must be >= 1, got {request.cpus}", field="--cpus")
     return hardware_for_cpus(request.cpus, catalog)
@@ -71,7 +83,9 @@ def choose_estimate(job: Any, request: LaunchRequest, catalog: Catalog) -> Estim
     if request.option is not None and (named or request.strategy):
         raise SpecError("give --option N, or the hardware (--gpu/--instance/--cpus) and --strategy, not both", field="--option")
     if not named:
+        degrees = [f"--{k}" if k != "sequence_parallel" else "--sp" for k, v in request.degrees.items() if v not in (1, False)]
         loose = [n for n, v in (("--gpus", request.gpus != 1), ("--nodes", request.nodes != 1), ("--strategy", bool(request.strategy))) if v]
+        loose += degrees
         if loose:
             raise SpecError("applies to hardware named with --gpu or --instance; --option N takes the plan's own", field=loose[0])
     efficiency = efficiency_lookup(job)
@@ -81,15 +95,19 @@ def choose_estimate(job: Any, request: LaunchRequest, catalog: Catalog) -> Estim
         if not 1 <= n <= len(plan.options):
             raise SpecError(f"the plan has {len(plan.options)} option(s) that fit; got {n}", field="--option")
         chosen = plan.options[n - 1]
-        if chosen.hardware.layout.model_parallel:
+        if chosen.hardware.layout.model_parallel and request.target not in MODEL_PARALLEL_TARGETS:
             data_parallel = next((i + 1 for i, e in enumerate(plan.options) if not e.hardware.layout.model_parallel), None)
             alt = f"; option {data_parallel} is the best data-parallel one" if data_parallel else ""
             raise SpecError(f"option {n} ({chosen.hardware.label}, {chosen.setup}) splits the model (tensor / pipeline / "
-                            f"context / expert parallel), which launch does not render yet: it renders data-parallel "
-                            f"options{alt}", field="--option")  # fmt: skip
+                            f"context / expert parallel), which {request.target.value} does not run: --to torchtitan renders it, "
+                            f"the other targets data-parallel options{alt}", field="--option")  # fmt: skip
         return chosen
     strategy = Strategy.parse(request.strategy) if request.strategy else None
-    e = estimate_option(job, _hardware(request, catalog), catalog, strategy=strategy, efficiency_for=efficiency)
+    hw = _hardware(request, catalog)
+    if hw.layout.model_parallel and request.target not in MODEL_PARALLEL_TARGETS:
+        raise SpecError(f"{request.target.value} runs data-parallel layouts; --to torchtitan renders tensor / pipeline / "
+                        "context / expert parallel ones", field="--tp/--pp/--cp/--ep")  # fmt: skip
+    e = estimate_option(job, hw, catalog, strategy=strategy, efficiency_for=efficiency)
     if not e.fits:
         raise InfeasibleError(f"the plan rejects {e.hardware.label} with {e.strategy}: {e.reason}", field="--strategy")
     return e
@@ -202,7 +220,8 @@ def resolve_launch(request: LaunchRequest, *, run_dir: Path | None = None) -> La
     catalog = get_catalog()
     options = request.options
     job = apply_overrides(load_job(request.job_path), request.steps)
-    checked = check_job(job, options.script)
+    # torchtitan trains its own model code (checked by run/targets/torchtitan.py), not trainplan's worker
+    checked = job if request.target is Target.TORCHTITAN else check_job(job, options.script)
     e = choose_estimate(checked, request, catalog)
     placement = placement_of(e, job, request.device)
     out = request.out.expanduser().resolve()
@@ -214,7 +233,10 @@ def resolve_launch(request: LaunchRequest, *, run_dir: Path | None = None) -> La
 
         devices, threads = parallelism(job.cv_folds, placement.cpus_per_node)
     else:
-        devices, threads = placement.world_size, max(1, placement.cpus_per_node // placement.procs_per_node)
+        # a layout that splits the model feeds each batch to its data-parallel ranks only (tensor, pipeline and
+        # context ranks share one): the run configuration divides the batch over those
+        devices = e.hardware.layout.data_parallel if e.hardware.layout.model_parallel else placement.world_size
+        threads = max(1, placement.cpus_per_node // placement.procs_per_node)
     option = Option(strategy, devices, placement.device, threads, f"plan option {e.hardware.label} {e.strategy}", Prediction())
     run_request = RunRequest(
         job_path=request.job_path,
@@ -238,6 +260,8 @@ def resolve_launch(request: LaunchRequest, *, run_dir: Path | None = None) -> La
         config=config,
         out=out,
         options=options,
+        layout=e.hardware.layout,
+        micro_steps=1 if tabular else micro_steps_of(job, e.hardware),
     )
 
 

@@ -69,7 +69,7 @@ def _need_module(name: str, hint: str) -> None:
 
 def node_command(plan: LaunchPlan, rendered: Rendered) -> Command:
     """The command this machine runs: for torchrun, the one of ``--node-rank`` (node 0 on one node)."""
-    if plan.target is not Target.TORCHRUN:
+    if plan.target not in (Target.TORCHRUN, Target.TORCHTITAN):
         return rendered.commands[0]
     rank = plan.options.node_rank
     nodes = plan.placement.nodes
@@ -98,6 +98,8 @@ def preflight(plan: LaunchPlan, rendered: Rendered) -> Command:
         _need_program("sbatch", "submit from a SLURM login node")
     elif target is Target.SKYPILOT:
         _need_program("sky", "pip install skypilot, then `sky check`")
+    elif target is Target.TORCHTITAN:
+        _need_module("torchtitan", "pip install torchtitan (with a PyTorch it supports)")
     elif target is Target.HOROVOD:
         _need_program("horovodrun", "pip install horovod; see docs/scale-out.md")
     return command
