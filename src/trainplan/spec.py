@@ -110,6 +110,7 @@ class Stack(str, Enum):
     ACCELERATE = "accelerate"
     LIGHTNING = "lightning"
     DEEPSPEED = "deepspeed"
+    TORCHTITAN = "torchtitan"
 
 
 class LossImpl(str, Enum):

@@ -88,6 +88,9 @@ def test_layout_batch_and_recipe_are_rendered(tmp_path: Path) -> None:
     assert a["--training.seq-len"] == "8192" and a["--training.steps"] == str(plan.config.total_steps)
     assert "activation-checkpoint:selective" in a
     assert plan.micro_steps == 16
+    assert any("set stack: torchtitan" in n for n in rendered.notes)  # estimated for stack plain
+    titan = resolve(tmp_path, {**job, "stack": "torchtitan"}, out="t", gpu="H100-80GB", gpus=8, tp=2, pp=2, strategy="fsdp")
+    assert not any("set stack" in n for n in render(titan).notes)
 
 
 def test_data_parallel_strategies_map_to_replicate_and_shard(tmp_path: Path) -> None:
@@ -248,3 +251,30 @@ def test_prepare_launch_notes_the_check(tmp_path: Path, monkeypatch: pytest.Monk
                         gpu="H100-80GB", gpus=8, strategy="fsdp", checkpoint_minutes=None, degrees={"tp": 2})  # fmt: skip
     _, rendered = prepare_launch(req)
     assert any(n.startswith("not checked here: torchtitan is not installed") for n in rendered.notes)
+
+
+DEFAULTS = r"""
+import json, warnings
+warnings.filterwarnings("ignore")
+from torchtitan.config import ConfigManager
+for config in ("llama3_8b", "llama3_70b"):
+    c = ConfigManager().parse_args(["--module", "llama3", "--config", config])
+    print("DEFAULTS " + json.dumps({"loss": type(c.loss).__qualname__, "chunks": getattr(c.loss, "num_chunks", None),
+                                    "implementation": c.optimizer.implementation, "compile": c.compile.enable}))
+"""
+
+
+def test_the_torchtitan_stack_is_what_torchtitan_configures(tmp_path: Path) -> None:
+    """stacks.yaml's `torchtitan` row against the config torchtitan itself builds: its chunked loss with per-chunk
+    backward (trainplan's fused-linear accounting), the fused AdamW, no compile."""
+    from trainplan.spec import LossImpl
+
+    python = titan_python()
+    proc = subprocess.run([python, "-c", DEFAULTS], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    knobs = get_catalog().stacks["torchtitan"]["knobs"]
+    for line in (x for x in proc.stdout.splitlines() if x.startswith("DEFAULTS ")):
+        read = json.loads(line.removeprefix("DEFAULTS "))
+        assert read["loss"] == "ChunkedLossWrapper.Config" and knobs["loss"] == LossImpl.FUSED_LINEAR.value
+        assert (read["implementation"] == "fused") is knobs["fused_optimizer"]
+        assert read["compile"] is knobs["compile"]

@@ -229,9 +229,9 @@ def render(plan: LaunchPlan) -> Rendered:
     if model.mtp_layers == 0 and resolve_model(plan.job.model, get_catalog()).mtp_layers:
         notes.append(f"torchtitan's {model.config} builds no multi-token-prediction module; the plan counted "
                      f"{resolve_model(plan.job.model, get_catalog()).mtp_layers}")  # fmt: skip
-    if plan.job.stack.value != "plain":
-        notes.append(f"the plan was estimated for stack {plan.job.stack.value}; torchtitan's loss, optimizer and "
-                     "compile settings are its config function's")  # fmt: skip
+    if plan.job.stack.value != "torchtitan":
+        notes.append(f"the plan was estimated for stack {plan.job.stack.value}; set stack: torchtitan to estimate "
+                     "torchtitan's own loss, optimizer and gradient-sync settings")  # fmt: skip
     if nodes > 1:
         notes.append(f"torchtitan writes checkpoints under {plan.path('torchtitan')}: storage every node sees")
     return Rendered(plan.target, files, commands, tuple(notes))
