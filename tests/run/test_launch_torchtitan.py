@@ -154,6 +154,13 @@ def test_plan_option_with_a_layout_renders(tmp_path: Path, capsys: pytest.Captur
     for key, flag in (("tp", "tensor"), ("pp", "pipeline"), ("cp", "context")):
         assert a[f"--parallelism.{flag}-parallel-degree"] == str(p[key])
     assert any("not checked here" in n and "float8" in n for n in record["notes"])
+    nodes = len(record["commands"])
+    assert nodes > 4  # within 300 h the plan needs hundreds of nodes
+    # printed: nodes 0, 1 and the last, the rest summarised (launch.json keeps every command)
+    assert main(["launch", str(path), "--to", "torchtitan", "--option", "1", "--master-addr", "10.0.0.1",
+                 "--out", str(tmp_path / "out2")]) == 0  # fmt: skip
+    printed = capsys.readouterr().out
+    assert printed.count("# on node ") == 3 and f"nodes 2 to {nodes - 2}: the same command" in printed
 
 
 def test_torchtitan_reads_the_rendered_layouts(tmp_path: Path) -> None:
@@ -189,6 +196,25 @@ def test_torchtitan_reads_the_rendered_layouts(tmp_path: Path) -> None:
             assert read["layers_per_stage"] == 32 // (lay.pp * lay.vpp)
             assert read["schedule"] == ("Interleaved1F1B" if lay.vpp > 1 else "1F1B")
             assert read["local_batch"] == job["global_batch"] // lay.data_parallel
+
+
+def test_a_pretrained_checkpoint_is_loaded_by_torchtitan(tmp_path: Path) -> None:
+    """`model: ./checkpoint` (a save_pretrained folder whose config.json is Llama 3.1 8B): torchtitan loads its
+    safetensors at the start (initial_load_in_hf, which needs the checkpointer on) and its tokenizer from the folder."""
+    from trainplan.model import hf_config
+
+    ckpt = tmp_path / "Llama-3.1-8B"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps(hf_config(resolve_model("llama-3.1-8b", get_catalog()))))
+    plan = resolve(tmp_path, {**PRETRAIN_8B, "model": str(ckpt), "task": "finetune"}, gpu="H100-80GB", gpus=8,
+                   strategy="fsdp")  # fmt: skip
+    rendered = render(plan)
+    a = args_of(rendered.commands[0].argv)
+    assert a["--checkpoint.initial-load-path"] == str(ckpt.resolve()) == a["--hf-assets-path"]
+    assert "--checkpoint.initial-load-in-hf" in a and "--checkpoint.enable" in a
+    assert any("from the weights in" in n for n in rendered.notes)
+    read = check_with_torchtitan(rendered, titan_python())
+    assert read["initial_load"] == [str(ckpt.resolve()), True, str(ckpt.resolve())] and read["checkpoint"][0] is True
 
 
 def test_torchtitan_rejection_is_one_line(tmp_path: Path) -> None:

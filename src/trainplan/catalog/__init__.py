@@ -128,6 +128,14 @@ def find_instance(name: str, catalog: Catalog | None = None, *, field: str = "--
 # ----------------------------------------------------------------------------- models
 
 
+def checkpoint_dir(model: object) -> Path | None:
+    """The job's ``model:`` as a checkpoint directory, or None (a preset, a config.json, an inline model)."""
+    if not isinstance(model, str):
+        return None
+    path = Path(model).expanduser()
+    return path if path.is_dir() else None
+
+
 def resolve_model(model: str | ModelArch, catalog: Catalog | None = None, *, source: str | None = None) -> ModelArch:
     """A preset name (from ``catalog``, the built-in one by default), a path to a Hugging Face ``config.json``
     or to a checkpoint directory holding one, or a :class:`ModelArch` → :class:`ModelArch`."""

@@ -123,7 +123,13 @@ def launch_command(
         err.print(f"trainplan launch --to {target.value}: {plan.name} on {p.label}, {what}, {where}; files in {plan.out}")  # fmt: skip
         for name in sorted({*rendered.files, LAUNCH_RECORD}):
             typer.echo(f"  {plan.out / name}")
-        for c in rendered.commands:
+        commands = rendered.commands
+        for i, c in enumerate(commands):
+            if len(commands) > 4 and 2 <= i < len(commands) - 1:  # a command per node: 2,048 of them for some plans
+                if i == 2:
+                    typer.echo(f"# … nodes 2 to {len(commands) - 2}: the same command with their --node-rank "
+                               f"(every one in {plan.out / LAUNCH_RECORD})")  # fmt: skip
+                continue
             typer.echo(f"# on {c.where}" + (f" (in {c.cwd})" if c.cwd else ""))
             typer.echo(shlex.join(c.argv))
         for note in (*plan.config.notes, *rendered.notes):

@@ -26,7 +26,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, replace
 
-from trainplan.catalog import get_catalog, resolve_model
+from trainplan.catalog import checkpoint_dir, get_catalog, resolve_model
 from trainplan.errors import SpecError
 from trainplan.model import ModelArch
 from trainplan.run.launch import torchrun_args
@@ -183,8 +183,16 @@ def overrides(plan: LaunchPlan, model: TitanModel) -> list[str]:
                  "--parallelism.pipeline-parallel-first-stage-less-layers", "0",
                  "--parallelism.pipeline-parallel-last-stage-less-layers", "0"]  # fmt: skip
     every = plan.config.checkpoint_every
+    pretrained = checkpoint_dir(job.model)
+    if every or pretrained is not None:
+        args.append("--checkpoint.enable")  # torchtitan's checkpointer also does the initial load (base.py load())
     if every:
-        args += ["--checkpoint.enable", "--checkpoint.interval", str(every)]
+        args += ["--checkpoint.interval", str(every)]
+    if pretrained is not None:
+        # a save_pretrained directory: torchtitan reads its safetensors through the model's state-dict adapter and
+        # its tokenizer from the same folder (checkpointer/base.py: initial_load_in_hf; trainer.py hf_assets_path)
+        folder = str(pretrained.expanduser().resolve())
+        args += ["--checkpoint.initial-load-path", folder, "--checkpoint.initial-load-in-hf", "--hf-assets-path", folder]
     args.append({Checkpointing.NONE: "activation-checkpoint:none", Checkpointing.SELECTIVE: "activation-checkpoint:selective",
                  Checkpointing.FULL: "activation-checkpoint:full"}[job.activation_checkpointing])  # fmt: skip
     return args
@@ -220,11 +228,14 @@ def render(plan: LaunchPlan) -> Rendered:
                 where=f"node {rank} of {nodes}" + (" (the rendezvous host)" if rank == 0 and nodes > 1 else ""))
         for rank in range(nodes)
     )  # fmt: skip
+    pretrained = checkpoint_dir(plan.job.model)
+    start = f"from the weights in {pretrained}" if pretrained is not None else "from a random initialisation"
     notes = [
-        f"torchtitan {TORCHTITAN_VERSION} trains {model.module}/{model.config} ({model.preset}) with {plan.layout.describe()}; "
-        f"install it on the nodes (pip install torchtitan=={TORCHTITAN_VERSION}, with a PyTorch it supports)",
-        f"data: {model.config}'s own dataset and tokenizer (--dataloader.dataset, --hf-assets-path); trainplan's "
-        "`data` is not passed to torchtitan",
+        f"torchtitan {TORCHTITAN_VERSION} trains {model.module}/{model.config} ({model.preset}) {start} with "
+        f"{plan.layout.describe()}; install it on the nodes (pip install torchtitan=={TORCHTITAN_VERSION}, with a "
+        "PyTorch it supports)",
+        f"data: {model.config}'s own dataset (--dataloader.dataset / --dataloader.dataset-path); trainplan's `data` "
+        "is not passed to torchtitan",
     ]
     if model.mtp_layers == 0 and resolve_model(plan.job.model, get_catalog()).mtp_layers:
         notes.append(f"torchtitan's {model.config} builds no multi-token-prediction module; the plan counted "
@@ -264,6 +275,7 @@ print("TRAINPLAN-CHECK " + json.dumps({
     "reshard_after_forward": p.fsdp_reshard_after_forward, "cpu_offload": t.enable_cpu_offload,
     "layers_per_stage": p.pipeline_parallel_layers_per_stage, "dump_folder": c.dump_folder,
     "checkpoint": [c.checkpoint.enable, c.checkpoint.interval],
+    "initial_load": [c.checkpoint.initial_load_path, c.checkpoint.initial_load_in_hf, c.hf_assets_path],
 }))
 """
 

@@ -21,6 +21,7 @@ from typing import Any, Iterable
 
 import torch
 
+from trainplan.catalog import checkpoint_dir
 from trainplan.errors import SpecError
 
 WEIGHTS_INDEX = "model.safetensors.index.json"
@@ -35,12 +36,8 @@ class Checkpoint:
     has_tokenizer: bool
 
 
-def checkpoint_path(model: object) -> Path | None:
-    """The job's ``model:`` as a checkpoint directory, or None (a preset, a config.json, an inline model)."""
-    if not isinstance(model, str):
-        return None
-    path = Path(model).expanduser()
-    return path if path.is_dir() else None
+# where the job's ``model:`` names a checkpoint directory (torch-free, for the planner and the launch renders)
+checkpoint_path = checkpoint_dir
 
 
 def _weight_files(path: Path) -> tuple[Path, ...]:
