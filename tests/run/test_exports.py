@@ -3,8 +3,12 @@ deliberate edit of this file (after httpx's tests/test_exported_members.py)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 import trainplan.run
 import trainplan.run.runtime
@@ -86,3 +90,26 @@ def test_importing_trainplan_run_is_light() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("target", ["deepspeed", "skypilot", "torchtitan"])
+def test_launch_renders_without_torch(target: str, tmp_path: Path) -> None:
+    """Rendering a launch is planning: a laptop or a login node without torch renders every target (torch is
+    blocked in the child process, so any import of it fails)."""
+    from trainplan.cli.common import example_path
+
+    if target == "torchtitan":
+        job = tmp_path / "job.yaml"
+        job.write_text(example_path("llama3-405b-pretrain.yaml").read_text().replace("precision: bf16", "precision: fp8"))
+        args = ["--gpu", "H100-80GB", "--gpus", "8", "--nodes", "32", "--tp", "8", "--pp", "4", "--strategy", "fsdp",
+                "--master-addr", "h0"]  # fmt: skip
+    else:
+        job = example_path("llama7b-sft.yaml")
+        args = ["--gpu", "A100-80GB", "--gpus", "4", "--strategy", "zero2"]
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from trainplan.cli.main import main\n"
+            f"sys.exit(main(['launch', {str(job)!r}, '--to', {target!r}, '--out', {str(tmp_path / 'out')!r}, *{args!r}]))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "TRAINPLAN_TORCHTITAN_PYTHON": "/nonexistent/python"})  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert (tmp_path / "out" / "launch.json").is_file()

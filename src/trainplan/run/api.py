@@ -169,7 +169,7 @@ def job_json(job: Any) -> dict[str, Any]:
     """The job as JSON for ``run.json``; a transformer's preset is resolved to its architecture."""
     if job.kind is JobKind.TRANSFORMER and isinstance(job.model, str):
         from trainplan.run.workloads.checks import resolve_arch
-        from trainplan.run.workloads.pretrained import checkpoint_path
+        from trainplan.catalog import checkpoint_dir as checkpoint_path
 
         checkpoint = checkpoint_path(job.model)  # a checkpoint directory stays a path: the workers load its weights
         job = job.model_copy(update={"model": str(checkpoint.resolve()) if checkpoint else resolve_arch(job)})
@@ -231,9 +231,9 @@ def check_job(job: Any, script: Path | None) -> Any:
 
 def check_pretrained(job: Any, arch: Any) -> None:
     """A checkpoint directory: weights that match its config, a tokenizer, and a data file to train on."""
-    from trainplan.run.workloads.pretrained import checkpoint_path, inspect_checkpoint
+    from trainplan.catalog import checkpoint_dir
 
-    checkpoint = checkpoint_path(job.model)
+    checkpoint = checkpoint_dir(job.model)
     if checkpoint is None:
         if job.data_format is not None:
             raise SpecError("data_format applies to a pretrained checkpoint (model: a directory as save_pretrained "
@@ -242,6 +242,7 @@ def check_pretrained(job: Any, arch: Any) -> None:
     if job.data in (None, "synthetic"):
         raise SpecError("a pretrained checkpoint trains on a data file: JSONL, Parquet or text (data: PATH)", field="data")
     from trainplan.estimate.architecture import param_counts
+    from trainplan.run.workloads.pretrained import inspect_checkpoint
 
     # trainplan's own count of the config's model: equal to what transformers builds for every model type it reads
     # (tests/test_hf_families.py), and it needs no transformers import here (about 3 s of a run's start-up).
@@ -257,7 +258,7 @@ TokenizeProgress = Callable[[int, int], None]
 def prepare_data(job: Any, request: RunRequest, progress: TokenizeProgress | None) -> Any:
     """Tokenize a pretrained job's data (None when the run directory's cache already holds it, or no checkpoint)."""
     from trainplan.run.workloads import textdata
-    from trainplan.run.workloads.pretrained import checkpoint_path
+    from trainplan.catalog import checkpoint_dir as checkpoint_path
 
     checkpoint = checkpoint_path(job.model) if job.kind is JobKind.TRANSFORMER else None
     if checkpoint is None or request.script is not None:
@@ -276,6 +277,8 @@ def data_stats(out: Path) -> Any:
     """The statistics of the tokenized data cached in ``out`` (None without a cache)."""
     import json
 
+    if not (out / "data" / "data.json").is_file():  # textdata.cache_dir; checked first, as textdata imports torch
+        return None
     from trainplan.run.workloads.textdata import DataStats, cache_dir
 
     try:

@@ -163,7 +163,7 @@ def _check_tensor_parallel_model(job: Any, tp: int) -> None:
     (run/runtime/model_parallel.py: Llama-family blocks, heads divisible by tp, randomly initialised)."""
     from trainplan.model import UnsupportedArchitecture, hf_model_type
     from trainplan.run.workloads.checks import resolve_arch
-    from trainplan.run.workloads.pretrained import checkpoint_path
+    from trainplan.catalog import checkpoint_dir as checkpoint_path
 
     if checkpoint_path(job.model) is not None:
         raise SpecError("--tp trains the job's architecture from random weights so far; a pretrained checkpoint trains "

@@ -251,8 +251,11 @@ def render(plan: LaunchPlan) -> Rendered:
 def torchtitan_python() -> str | None:
     """An interpreter that imports torchtitan (``$TRAINPLAN_TORCHTITAN_PYTHON``, else this one), or None."""
     candidate = os.environ.get(PYTHON_ENV) or sys.executable
-    probe = subprocess.run([candidate, "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('torchtitan') is None)"],
-                           capture_output=True, timeout=60)  # fmt: skip
+    try:
+        probe = subprocess.run([candidate, "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('torchtitan') is None)"],
+                               capture_output=True, timeout=60)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
     return candidate if probe.returncode == 0 else None
 
 
