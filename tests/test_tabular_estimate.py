@@ -78,3 +78,42 @@ def test_a_step_is_one_round_trees_or_linear_solver_iterations(library) -> None:
     rounds = 70 if library == "sklearn-linear" else 30
     assert e.steps == rounds * 3
     assert e.step_time_s == pytest.approx(e.time_breakdown["fit_s"] / rounds)
+
+
+def _gpu_hardware(instance: str):  # noqa: ANN202
+    from trainplan.catalog import find_instance
+    from trainplan.estimate.hardware import hardware_for_instance
+
+    cat = get_catalog()
+    return hardware_for_instance(find_instance(instance, cat), cat)
+
+
+@pytest.mark.parametrize("max_bins,bits", [(256, 8), (255, 8), (257, 9), (64, 6), (65536, 16)])
+def test_xgboost_gpu_matrix_packs_each_bin_index_into_its_bits(max_bins: int, bits: int) -> None:
+    """XGBoost >= 3.0 keeps a dense matrix as feature-local bin indices of ceil(log2 max_bins) bits (no null)."""
+    from trainplan.estimate.tabular import GIB, gpu_memory_bytes
+
+    cat = get_catalog()
+    one = gpu_memory_bytes(_job(rows=1_000_000, features=50, max_bins=max_bins), cat)
+    two = gpu_memory_bytes(_job(rows=2_000_000, features=50, max_bins=max_bins), cat)
+    # doubling the rows adds one more matrix and one more set of per-row state; histograms and context stay
+    per_million = (two.peak - one.peak) - (two.gradients - one.gradients)
+    assert per_million == pytest.approx(1_000_000 * 50 * bits / 8)
+    assert two.gradients - one.gradients == 1_000_000 * (8 + 4 + 4 + 8)  # gradient pair, prediction, label, 2 indices
+    assert one.context == pytest.approx(cat.assumption("cuda_context_gib") * GIB)
+
+
+def test_a_gpu_option_is_judged_by_gpu_memory_and_host_ram_apart() -> None:
+    """The option's memory is the GPU's (verdict and margin like any job); host RAM is checked on its own."""
+    cat = get_catalog()
+    hw = _gpu_hardware("p3.2xlarge")  # one V100-16GB, 61 GiB RAM
+    small = estimate_tabular(_job(rows=10_000_000, features=100), hw, cat)
+    assert small.fits and small.capacity_gib == hw.accelerator.memory_gib
+    assert small.memory.peak < 4 * 2**30 and any("host RAM" in n for n in small.notes)
+    # 150M x 100 dense cells: 14 GiB of bins and 3.4 GiB of per-row state do not fit 16 GB; the reason says so
+    big = estimate_tabular(_job(rows=150_000_000, features=100), hw, cat)
+    assert not big.fits and big.rejection.kind.value == "device-memory"
+    assert "GPU memory" in big.rejection.text and "external memory" in big.rejection.text
+    # the same rows on a CPU instance are judged by host RAM as before
+    cpu = estimate_tabular(_job(rows=10_000_000, features=100), _gpu_hardware("c5.4xlarge"), cat)
+    assert cpu.capacity_gib == _gpu_hardware("c5.4xlarge").ram_gib_per_node

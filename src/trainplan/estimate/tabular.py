@@ -154,6 +154,47 @@ def host_memory_bytes(job: TabularJob, parallel_fits: int, *, copy_bytes: float)
     )
 
 
+def gpu_memory_bytes(job: TabularJob, catalog: Catalog) -> MemoryBreakdown:
+    """GPU memory of one GBDT fit on the device (the training rows of one fold; folds run one after another).
+
+    XGBoost (``device="cuda"``, ``hist``; XGBoost docs "GPU Support: Memory usage": the data set is kept in a
+    compressed, quantised ELLPACK matrix, plus working memory per row and histograms per node):
+
+    * the ELLPACK matrix: rows × features symbols of ⌈log2 max_bins⌉ bits — XGBoost ≥ 3.0 stores a dense matrix's
+      feature-local bin index with no null symbol (src/data/ellpack_page.cu ``CalcNumSymbols``: "No missing,
+      hence no null value"; ``CompressedBufferWriter`` packs each symbol into that many bits);
+    * per row: the gradient pair (two floats) and the prediction cache (a float) per target, the label (a float)
+      and the row partitioner's two uint32 index buffers (src/tree/gpu_hist/row_partitioner.cu: ``ridx_`` and
+      ``ridx_tmp_``, each ``n_samples`` long);
+    * histograms: 16 bytes per bin (a pair of int64 fixed-point sums, ``GradientPairInt64``) for every bin of every
+      feature, kept for the nodes of the last two levels (the parents are kept to subtract siblings).
+
+    LightGBM's CUDA trainer, the same terms with its own types: uint8 bins for max_bin ≤ 256, else uint16 (LightGBM
+    docs, Parameters ``max_bin``: "LightGBM will use uint8_t for feature value if max_bin=255"), float gradient and
+    hessian and a double score per row and class, int32 data indices, and double (grad, hess) histograms for up to
+    ``num_leaves`` leaves.
+    The CUDA context comes on top (assumptions.yaml ``cuda_context_gib``).  Dense data is assumed: sparse data
+    stores fewer elements per row, so this is the upper end.
+    """
+    rows = fit_rows(job)
+    targets = job.classes if job.objective == "multiclass" else 1
+    bins_total = job.features * job.max_bins
+    if job.library is TabularLibrary.XGBOOST:
+        bits = max(1, math.ceil(math.log2(job.max_bins)))
+        matrix = rows * job.features * bits / 8
+        per_row = rows * (8 * targets + 4 * targets + 4 + 2 * 4)
+        nodes = 2 * 2 ** min(effective_depth(job), 16)  # the last level and its parents
+        histograms = nodes * bins_total * 16 * targets
+    else:
+        matrix = rows * job.features * (1 if job.max_bins <= 256 else 2)
+        per_row = rows * (8 * targets + 8 * targets + 4)
+        leaves = job.num_leaves or 2 ** effective_depth(job)
+        histograms = leaves * bins_total * 16 * targets
+    context = catalog.assumption("cuda_context_gib") * GIB
+    return MemoryBreakdown(weights=0.0, gradients=per_row, optimizer=0.0, activations=matrix + histograms,
+                           overhead=context, phase="fit", context=context)  # fmt: skip
+
+
 def _rate(catalog: Catalog, library: TabularLibrary, device: str) -> TabularRate:
     try:
         return catalog.tabular_rates[(library.value, device)]
@@ -204,21 +245,25 @@ def estimate_tabular(job: TabularJob, hw: Hardware, catalog: Catalog, *, ns_per_
         strategy = "cpu"
         if parallel_fits > 1:
             notes.append(f"{parallel_fits} folds in parallel, {cores_per_fit:.0f} cores each")
-    mem = host_memory_bytes(job, parallel_fits, copy_bytes=library_copy_bytes(job, catalog))
-    capacity = hw.ram_gib_per_node
-    if hw.accelerator is not None:
-        # GPU memory: binned matrix (ELLPACK, ~1 byte/cell) + gradient pairs + histograms.
-        gpu_bytes = job.rows * job.features * 1.0 + job.rows * 16.0 + 0.5 * GIB
-        if reason is None and gpu_bytes > hw.accelerator.memory_gib * GIB:
+    host = host_memory_bytes(job, parallel_fits, copy_bytes=library_copy_bytes(job, catalog))
+    ram = hw.ram_gib_per_node
+    usable = ram * GIB * catalog.assumption("host_ram_usable_fraction")
+    mem, capacity = host, ram
+    if hw.accelerator is not None and job.library in GPU_LIBRARIES:
+        # a GPU option is judged by the GPU's memory, like any other job; the host keeps the caller's array
+        mem, capacity = gpu_memory_bytes(job, catalog), hw.accelerator.memory_gib
+        notes.append(f"host RAM {host.peak / GIB:.1f} GiB of {ram:.0f} GiB (the data and the library's copies)")
+        if reason is None and mem.peak > capacity * GIB:
             reason = Rejection(
                 RejectKind.DEVICE_MEMORY,
-                f"binned data needs {gpu_bytes / GIB:.1f} GiB > {hw.accelerator.memory_gib:.0f} GiB GPU memory",
-                needed=gpu_bytes, available=hw.accelerator.memory_gib * GIB, unit="bytes",
-            )
-    usable = capacity * GIB * catalog.assumption("host_ram_usable_fraction")
-    if reason is None and mem.peak > usable:
-        reason = Rejection(RejectKind.HOST_MEMORY, f"needs {mem.peak / GIB:.1f} GiB RAM > {capacity:.0f} GiB on {hw.label}",
-                           needed=mem.peak, available=usable, unit="bytes")
+                f"needs {mem.peak / GIB:.1f} GiB GPU memory > {capacity:.0f} GiB on {hw.accelerator.id} (quantised "
+                f"matrix {(mem.activations) / GIB:.1f} GiB with histograms, per-row state {mem.gradients / GIB:.1f} GiB); "
+                f"XGBoost's external memory (ExtMemQuantileDMatrix) pages the matrix from host RAM instead",
+                needed=mem.peak, available=capacity * GIB, unit="bytes",
+            )  # fmt: skip
+    if reason is None and host.peak > usable:
+        reason = Rejection(RejectKind.HOST_MEMORY, f"needs {host.peak / GIB:.1f} GiB RAM > {ram:.0f} GiB on {hw.label}",
+                           needed=host.peak, available=usable, unit="bytes")
     timing = job_timing(hw, train_s=train_s)
     samples = fit_rows(job) * folds  # training rows fitted, all folds
     return Estimate(
