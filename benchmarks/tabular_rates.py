@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from trainplan.estimate.tabular import forest_cells, gbdt_cells, linear_cells
+from trainplan.estimate.tabular import forest_cells, gbdt_cells, linear_cells, oblivious_cells
 
 
 def _data(rows: int, features: int) -> tuple[np.ndarray, np.ndarray]:
@@ -40,6 +40,11 @@ def _fit(lib: str, x: np.ndarray, y: np.ndarray, threads: int, trees: int, depth
 
         params = {"num_leaves": 2**depth - 1, "num_threads": threads, "objective": "binary", "verbose": -1}
         lgb.train(params, lgb.Dataset(x, y), trees)
+    elif lib == "catboost":
+        import catboost
+
+        catboost.CatBoostClassifier(iterations=trees, depth=depth, thread_count=threads, border_count=254,
+                                    allow_writing_files=False, verbose=False).fit(x, y)  # fmt: skip
     else:
         from threadpoolctl import threadpool_limits
 
@@ -68,8 +73,11 @@ def main() -> None:
     x, y = _data(args.rows, args.features)
     print(f"machine: {platform.processor() or platform.machine()}, {cores} cores; rows={args.rows} features={args.features}")
     print(f"{'library':14} {'cells':>10} {'1-core s':>9} {'all s':>8} {'ns/cell/core':>13} {'serial':>7}")
-    for lib, trees, depth in (("xgboost", 50, 8), ("lightgbm", 50, 8), ("sklearn-hgb", 50, 8), ("sklearn-rf", 4, 10), ("sklearn-linear", 0, 0)):
-        if lib in ("xgboost", "lightgbm", "sklearn-hgb"):
+    for lib, trees, depth in (("xgboost", 50, 8), ("lightgbm", 50, 8), ("catboost", 50, 8), ("sklearn-hgb", 50, 8),
+                              ("sklearn-rf", 4, 10), ("sklearn-linear", 0, 0)):  # fmt: skip
+        if lib == "catboost":
+            cells = oblivious_cells(rows=args.rows, features=args.features, depth=depth, trees=trees)
+        elif lib in ("xgboost", "lightgbm", "sklearn-hgb"):
             cells = gbdt_cells(rows=args.rows, features=args.features, depth=depth, trees=trees)
         elif lib == "sklearn-rf":
             cells = forest_cells(rows=args.rows, features=args.features, depth=depth, trees=trees)

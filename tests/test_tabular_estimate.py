@@ -8,7 +8,7 @@ from trainplan import get_catalog, parse_job
 from trainplan.estimate.tabular import estimate_tabular, fit_rows, measured_ns_per_cell
 from trainplan.planner.local import local_cpu_hardware
 
-LIBRARIES = ("xgboost", "lightgbm", "sklearn-hgb", "sklearn-rf", "sklearn-linear")
+LIBRARIES = ("xgboost", "lightgbm", "catboost", "sklearn-hgb", "sklearn-rf", "sklearn-linear")
 
 
 def _job(**fields):
@@ -117,3 +117,26 @@ def test_a_gpu_option_is_judged_by_gpu_memory_and_host_ram_apart() -> None:
     # the same rows on a CPU instance are judged by host RAM as before
     cpu = estimate_tabular(_job(rows=10_000_000, features=100), _gpu_hardware("c5.4xlarge"), cat)
     assert cpu.capacity_gib == _gpu_hardware("c5.4xlarge").ram_gib_per_node
+
+
+def test_catboost_levels_each_visit_every_row() -> None:
+    """Oblivious trees score one split per level over all rows: work grows with depth in proportion, where a
+    histogram GBDT's grows by half a pass per level (sibling subtraction)."""
+    from trainplan.estimate.tabular import work_cells
+
+    cb = [work_cells(_job(library="catboost", max_depth=d)) for d in (4, 8)]
+    xgb = [work_cells(_job(library="xgboost", max_depth=d)) for d in (4, 8)]
+    assert cb[1] == pytest.approx(2 * cb[0])
+    assert xgb[1] / xgb[0] == pytest.approx(4.5 / 2.5)
+    assert cb[0] == 100_000 * 20 * 4 * 100
+    # multiclass: the work scales with the gradient's dimensions
+    assert work_cells(_job(library="catboost", objective="multiclass", classes=3)) == pytest.approx(
+        3 * work_cells(_job(library="catboost")))
+
+
+def test_catboost_is_planned_on_cpus_and_gpus() -> None:
+    from trainplan.planner.core import plan_job
+
+    plan = plan_job(_job(library="catboost", rows=5_000_000, features=50, trees=500), get_catalog(), hints=False)
+    kinds = {e.strategy for e in plan.options}
+    assert kinds == {"cpu", "gpu"}

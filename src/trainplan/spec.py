@@ -153,6 +153,7 @@ class StackKnobs(BaseModel):
 class TabularLibrary(str, Enum):
     XGBOOST = "xgboost"
     LIGHTGBM = "lightgbm"
+    CATBOOST = "catboost"
     SKLEARN_HGB = "sklearn-hgb"
     SKLEARN_RF = "sklearn-rf"
     SKLEARN_LINEAR = "sklearn-linear"
@@ -419,7 +420,7 @@ class TabularJob(_JobBase):
             return self.max_depth
         if self.num_leaves is not None:
             return max(1, math.ceil(math.log2(self.num_leaves)))
-        return {TabularLibrary.XGBOOST: 6, TabularLibrary.LIGHTGBM: 5}.get(self.library, 8)
+        return {TabularLibrary.XGBOOST: 6, TabularLibrary.LIGHTGBM: 5, TabularLibrary.CATBOOST: 6}.get(self.library, 8)
 
 
 class _FactoryJob(_NeuralJob):

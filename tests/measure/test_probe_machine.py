@@ -47,7 +47,7 @@ def test_probe_figures_are_sane(quick_profile: HardwareProfile) -> None:
         assert m.value is not None or m.note, f"{m.name}: not measured and no reason given"
         assert m.seconds < 30, m
     tab = [m for m in p.measurements if m.name.startswith("tabular_")]
-    assert {m.name for m in tab} == {"tabular_xgboost", "tabular_lightgbm", "tabular_sklearn-hgb"}
+    assert {m.name for m in tab} == {"tabular_xgboost", "tabular_lightgbm", "tabular_catboost", "tabular_sklearn-hgb"}
     assert p.seconds < 60
 
 

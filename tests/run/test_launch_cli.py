@@ -152,3 +152,13 @@ def test_a_model_parallel_option_is_refused_not_rendered_as_data_parallel(tmp_pa
     one_error(code, err, "--option:")
     assert "torchrun does not run" in err and "--to torchtitan renders it" in err and "tp" in err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("target", ["dask", "ray"])
+def test_catboost_is_refused_by_the_cluster_engines(tmp_path: Path, capsys: pytest.CaptureFixture[str], target: str) -> None:
+    """Neither Dask nor Ray Train has a CatBoost trainer: one line that says where it runs instead, nothing written."""
+    job = write_job(tmp_path / "job.yaml", TABULAR_JOB, library="catboost")
+    code, _, err = cli(capsys, "launch", str(job), "--to", target, "--cpus", "2", "--out", str(tmp_path / "o"))
+    one_error(code, err, "--to:")
+    assert "CatBoost" in err and "--to local" in err
+    assert not (tmp_path / "o").exists()

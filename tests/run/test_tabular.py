@@ -27,7 +27,7 @@ def test_parallel_fits_times_threads_never_exceed_cores(folds, cores, devices, e
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("library", ["xgboost", "lightgbm", "sklearn-hgb", "sklearn-rf", "sklearn-linear"])
+@pytest.mark.parametrize("library", ["xgboost", "lightgbm", "catboost", "sklearn-hgb", "sklearn-rf", "sklearn-linear"])
 def test_library_trains_folds_in_parallel(tmp_path, library) -> None:
     job = write_job(tmp_path / "job.yaml", TABULAR_JOB, library=library)
     summary = run(job, tmp_path / "run")
@@ -168,3 +168,32 @@ def test_sklearn_linear_run_counts_the_steps_the_estimate_counts(tmp_path) -> No
     )
     assert result["steps"] == 14 and [f["rounds"] for f in result["folds"]] == [7, 7]
     assert estimate_tabular(job, local_cpu_hardware(2), get_catalog()).steps == result["steps"]
+
+
+@pytest.mark.parametrize("objective,classes", [("binary", 2), ("multiclass", 3), ("regression", 2)])
+def test_catboost_trains_what_the_job_says_and_stops_on_sigterm(tmp_path, objective, classes) -> None:
+    """CatBoost fits every round the job asks for with the job's depth and borders, saves a model CatBoost loads,
+    and a stop between rounds preempts the fold (its callback returns False) instead of finishing it."""
+    import catboost
+
+    fields = {**TABULAR_JOB, "library": "catboost", "objective": objective, "trees": 12, "max_depth": 4,
+              "max_bins": 32, "cv_folds": 1}  # fmt: skip
+    if objective == "multiclass":
+        fields["classes"] = classes
+    job = parse_job(fields)
+    done = train_tabular(job, out_dir=tmp_path / "a", parallel_fits=1, threads_per_fit=1, write_metrics=lambda r: None,
+                         stop=threading.Event())  # fmt: skip
+    assert done["status"] == "completed" and done["folds"][0]["rounds"] == 12
+    (saved,) = (tmp_path / "a").rglob("*.cbm")
+    model = catboost.CatBoost()
+    model.load_model(str(saved))
+    assert model.tree_count_ == 12 and model.get_params()["depth"] == 4
+    stop = threading.Event()
+    rounds = []
+
+    def write(record: dict) -> None:
+        rounds.append(record)
+        stop.set()  # SIGTERM after the first progress line
+
+    cut = train_tabular(job, out_dir=tmp_path / "b", parallel_fits=1, threads_per_fit=1, write_metrics=write, stop=stop)
+    assert cut["status"] == "preempted" and not cut["folds"]

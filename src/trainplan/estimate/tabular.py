@@ -39,14 +39,23 @@ from trainplan.estimate.memory import GIB, MemoryBreakdown
 from trainplan.estimate.result import Estimate, Hardware, Rejection, RejectKind, job_timing
 from trainplan.spec import TabularJob, TabularLibrary
 
-GBDT = (TabularLibrary.XGBOOST, TabularLibrary.LIGHTGBM, TabularLibrary.SKLEARN_HGB)
-GPU_LIBRARIES = (TabularLibrary.XGBOOST, TabularLibrary.LIGHTGBM)
+GBDT = (TabularLibrary.XGBOOST, TabularLibrary.LIGHTGBM, TabularLibrary.CATBOOST, TabularLibrary.SKLEARN_HGB)
+GPU_LIBRARIES = (TabularLibrary.XGBOOST, TabularLibrary.LIGHTGBM, TabularLibrary.CATBOOST)
 
 
 def gbdt_cells(*, rows: int, features: int, depth: int, trees: int, classes: int = 1) -> float:
     """Histogram cells visited by ``trees`` boosting rounds (subtraction trick below the root)."""
     per_tree = rows * features * (1 + (depth - 1) / 2)
     return per_tree * trees * classes
+
+
+def oblivious_cells(*, rows: int, features: int, depth: int, trees: int, classes: int = 1) -> float:
+    """CatBoost's oblivious (symmetric) trees: every level chooses one split for all its leaves, scored over every
+    row's histogram contribution (Prokhorenkova et al. 2018, "CatBoost: unbiased boosting with categorical
+    features", Sec. 6 and App.; CatBoost docs, "Tree growing policy: SymmetricTree"), so each of the ``depth``
+    levels visits rows × features.  Whether CatBoost also derives sibling histograms by subtraction is not
+    modelled: the measured per-cell rate absorbs that constant."""
+    return rows * features * depth * trees * classes
 
 
 def forest_cells(*, rows: int, features: int, depth: int, trees: int) -> float:
@@ -95,6 +104,8 @@ def work_cells(job: TabularJob, *, rows: int | None = None, rounds: int | None =
     rows = fit_rows(job) if rows is None else rows
     rounds = rounds_per_fit(job) if rounds is None else rounds
     classes = job.classes if job.objective == "multiclass" else 1
+    if job.library is TabularLibrary.CATBOOST:
+        return oblivious_cells(rows=rows, features=job.features, depth=effective_depth(job), trees=rounds, classes=classes)
     if job.library in GBDT:
         return gbdt_cells(rows=rows, features=job.features, depth=effective_depth(job), trees=rounds, classes=classes)
     if job.library is TabularLibrary.SKLEARN_RF:
@@ -172,7 +183,9 @@ def gpu_memory_bytes(job: TabularJob, catalog: Catalog) -> MemoryBreakdown:
     LightGBM's CUDA trainer, the same terms with its own types: uint8 bins for max_bin ≤ 256, else uint16 (LightGBM
     docs, Parameters ``max_bin``: "LightGBM will use uint8_t for feature value if max_bin=255"), float gradient and
     hessian and a double score per row and class, int32 data indices, and double (grad, hess) histograms for up to
-    ``num_leaves`` leaves.
+    ``num_leaves`` leaves.  CatBoost's GPU trainer is counted like LightGBM's (byte-wide bins up to 256 borders —
+    its GPU default is 128 — and histograms for the 2^depth leaves of a symmetric tree): an assumption, not read
+    from its source.
     The CUDA context comes on top (assumptions.yaml ``cuda_context_gib``).  Dense data is assumed: sparse data
     stores fewer elements per row, so this is the upper end.
     """

@@ -279,7 +279,7 @@ def allreduce_bus_gb_s(*, backend: str | None = None, world: int = 2, mib: int =
 
 #: the probe's synthetic fits: two fits that differ only in trees, so their difference is tree building alone
 TABULAR_SHAPE = {"rows": 100_000, "features": 28, "trees": 2, "more_trees": 8, "depth": 8}
-TABULAR_LIBRARIES = ("xgboost", "lightgbm", "sklearn-hgb")
+TABULAR_LIBRARIES = ("xgboost", "lightgbm", "catboost", "sklearn-hgb")
 
 
 def _fit_once(library: str, x: Any, y: Any, trees: int, depth: int) -> float:
@@ -296,6 +296,11 @@ def _fit_once(library: str, x: Any, y: Any, trees: int, depth: int) -> float:
         params = {"num_leaves": 2**depth - 1, "num_threads": 1, "objective": "binary", "verbose": -1}
         s = time.perf_counter()
         lightgbm.train(params, lightgbm.Dataset(x, y), trees)
+    elif library == "catboost":
+        catboost = importlib.import_module("catboost")
+        s = time.perf_counter()
+        catboost.CatBoostClassifier(iterations=trees, depth=depth, thread_count=1, border_count=254,
+                                    allow_writing_files=False, verbose=False).fit(x, y)  # fmt: skip
     else:
         from sklearn.ensemble import HistGradientBoostingClassifier
         from threadpoolctl import threadpool_limits
@@ -310,7 +315,7 @@ def _fit_once(library: str, x: Any, y: Any, trees: int, depth: int) -> float:
 def _library_installed(library: str) -> bool:
     import importlib.util
 
-    module = {"xgboost": "xgboost", "lightgbm": "lightgbm", "sklearn-hgb": "sklearn"}[library]
+    module = {"xgboost": "xgboost", "lightgbm": "lightgbm", "catboost": "catboost", "sklearn-hgb": "sklearn"}[library]
     return importlib.util.find_spec(module) is not None
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from trainplan.run.targets.base import Command, LaunchPlan, Rendered, unsupported
 from trainplan.run.targets.common import RUN_JSON, base_files, python
 from trainplan.run.targets.tabular import header, library_params
+from trainplan.spec import TabularLibrary
 
 DRIVER = "dask_driver.py"
 RESULT = "dask_result.json"
@@ -107,6 +108,8 @@ def check(plan: LaunchPlan) -> None:
         raise unsupported(
             plan, f"Dask runs tabular jobs (XGBoost, LightGBM, scikit-learn); a {plan.job.kind.value} job runs with --to torchrun, deepspeed, ray, slurm or skypilot"
         )
+    if plan.job.library is TabularLibrary.CATBOOST:
+        raise unsupported(plan, "CatBoost has no Dask estimator; it trains on one machine: --to local, slurm or skypilot")
 
 
 def render(plan: LaunchPlan) -> Rendered:

@@ -150,6 +150,8 @@ if __name__ == "__main__":
 
 
 def check(plan: LaunchPlan) -> None:
+    if plan.is_tabular and plan.job.library is TabularLibrary.CATBOOST:
+        raise unsupported(plan, "Ray Train has no CatBoost trainer; CatBoost trains on one machine: --to local, slurm or skypilot")
     if plan.is_tabular and plan.job.library not in (TabularLibrary.XGBOOST, TabularLibrary.LIGHTGBM):
         raise unsupported(
             plan, f"Ray Train has XGBoost and LightGBM trainers; {plan.job.library.value} runs with --to dask (joblib's dask backend)"

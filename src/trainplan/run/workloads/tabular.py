@@ -1,4 +1,4 @@
-"""Built-in workload for ``kind: tabular``: XGBoost, LightGBM, scikit-learn.
+"""Built-in workload for ``kind: tabular``: XGBoost, LightGBM, CatBoost, scikit-learn.
 
 Data (``data:``) is a CSV or Parquet file with a ``target`` column,
 ``synthetic`` (``rows`` × ``features``, scikit-learn's ``make_classification``
@@ -281,6 +281,22 @@ def lightgbm_params(job: TabularJob, classes: int | None, threads: int) -> dict[
     return params
 
 
+def catboost_params(job: TabularJob, classes: int | None, threads: int) -> dict[str, Any]:
+    """``CatBoostClassifier`` / ``CatBoostRegressor`` parameters of the job (symmetric trees, CatBoost's default)."""
+    regression = job.objective == "regression"
+    return {
+        "iterations": job.trees,
+        "depth": job.max_depth or 6,
+        "learning_rate": job.learning_rate,
+        "border_count": min(job.max_bins, 65535),
+        "thread_count": threads,
+        "random_seed": job.seed,
+        "loss_function": "RMSE" if regression else ("Logloss" if classes == 2 else "MultiClass"),
+        "allow_writing_files": False,  # no catboost_info/ folder in the working directory
+        "verbose": False,
+    }
+
+
 def _fit_one(
     job: TabularJob,
     X_tr: np.ndarray,
@@ -320,6 +336,21 @@ def _fit_one(
         booster = lgb.train(lparams, lgb.Dataset(X_tr, label=y_tr), num_boost_round=job.trees, callbacks=[progress])
         booster.save_model(str(model_path.with_suffix(".txt")))
         return (lambda X: booster.predict(X, num_threads=threads)), booster.current_iteration()
+    if lib is TabularLibrary.CATBOOST:
+        import catboost
+
+        class Rounds:
+            def after_iteration(self, info: Any) -> bool:  # CatBoost's callback protocol: False stops training
+                on_round()
+                return not stop.is_set()
+
+        cls = catboost.CatBoostRegressor if regression else catboost.CatBoostClassifier
+        model = cls(**catboost_params(job, classes, threads))
+        model.fit(X_tr, y_tr, callbacks=[Rounds()])
+        if stop.is_set() and model.tree_count_ < job.trees:
+            raise Stopped
+        model.save_model(str(model_path.with_suffix(".cbm")))
+        return (model.predict if regression else model.predict_proba), int(model.tree_count_)
     from threadpoolctl import threadpool_limits
 
     model = _sklearn_model(job, classes, threads)
