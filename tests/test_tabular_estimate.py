@@ -140,3 +140,26 @@ def test_catboost_is_planned_on_cpus_and_gpus() -> None:
     plan = plan_job(_job(library="catboost", rows=5_000_000, features=50, trees=500), get_catalog(), hints=False)
     kinds = {e.strategy for e in plan.options}
     assert kinds == {"cpu", "gpu"}
+
+
+def test_xgboost_trains_one_model_over_a_nodes_gpus_through_dask() -> None:
+    """An 8-GPU instance: the rows split over 8 workers (memory per GPU an eighth of the matrix), the time an eighth
+    of one GPU's plus the histogram all-reduce of every round; the libraries without a multi-GPU path still idle."""
+    from trainplan.estimate.tabular import GIB, histogram_allreduce_bytes
+
+    cat = get_catalog()
+    job = _job(rows=20_000_000, features=100, trees=500, max_depth=8)
+    eight = estimate_tabular(job, _gpu_hardware("p4d.24xlarge"), cat)  # 8 x A100-40GB
+    single = estimate_tabular(job, _gpu_hardware("a2-highgpu-1g"), cat)  # one A100-40GB
+    assert eight.strategy == "dask-gpu" and single.strategy == "gpu"
+    assert eight.fits and single.fits
+    sync = eight.time_breakdown["fit_s"] - single.time_breakdown["fit_s"] / 8
+    assert sync > 0 and any("all-reduce" in n for n in eight.notes)
+    assert single.time_breakdown["fit_s"] / eight.time_breakdown["fit_s"] < 8
+    # the 1-byte-a-cell matrix splits over the 8 workers; the histograms do not
+    assert single.memory.activations - eight.memory.activations == pytest.approx(20_000_000 * 100 * 7 / 8)
+    # depth 8: the root, then half of each level's nodes, every bin of every feature, 16 bytes
+    assert histogram_allreduce_bytes(job) == (1 + 1 + 2 + 4 + 8 + 16 + 32 + 64) * 100 * 256 * 16
+    assert eight.memory.context == pytest.approx(cat.assumption("cuda_context_gib") * GIB)
+    lgb = estimate_tabular(_job(library="lightgbm", rows=50_000_000, features=100), _gpu_hardware("p4d.24xlarge"), cat)
+    assert not lgb.fits and lgb.rejection.kind.value == "waste"

@@ -53,3 +53,19 @@ def test_sklearn_goes_through_joblibs_dask_backend(tmp_path: Path) -> None:
     assert constants["LIBRARY"] == "sklearn" and constants["WORKERS"] == 1
     assert 'joblib.parallel_backend("dask")' in source
     assert list(rendered.commands[0].argv[-1:]) == ["tcp://10.1.2.3:8786"]  # the scheduler, as an argument
+
+
+def test_a_multi_gpu_xgboost_option_renders_one_gpu_worker_per_gpu(tmp_path: Path) -> None:
+    """A plan option that trains one XGBoost model over a node's GPUs (strategy dask-gpu): the driver starts a
+    LocalCUDACluster with one worker per GPU and trains with device cuda; the other targets refuse that option."""
+    from trainplan.errors import SpecError
+
+    job = write_job(tmp_path / "job.yaml", TABULAR_JOB, rows=20_000_000, features=100, trees=50)
+    plan, rendered = render_to(job, "dask", tmp_path / "run", instance="p4d.24xlarge")
+    consts = {n.targets[0].id: ast.literal_eval(n.value) for n in ast.parse(rendered.files["dask_driver.py"]).body
+              if isinstance(n, ast.Assign) and isinstance(n.value, (ast.Constant, ast.Dict))}  # fmt: skip
+    assert consts["GPUS"] is True and consts["WORKERS"] == 8 and consts["PARAMS"]["device"] == "cuda"
+    assert "LocalCUDACluster" in rendered.files["dask_driver.py"] and "8 GPU workers" in rendered.commands[0].where
+    assert any("dask-cuda" in n for n in rendered.notes)
+    with pytest.raises(SpecError, match="launch it with --to dask"):
+        render_to(job, "skypilot", tmp_path / "sky", instance="p4d.24xlarge")

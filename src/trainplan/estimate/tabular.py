@@ -41,6 +41,9 @@ from trainplan.spec import TabularJob, TabularLibrary
 
 GBDT = (TabularLibrary.XGBOOST, TabularLibrary.LIGHTGBM, TabularLibrary.CATBOOST, TabularLibrary.SKLEARN_HGB)
 GPU_LIBRARIES = (TabularLibrary.XGBOOST, TabularLibrary.LIGHTGBM, TabularLibrary.CATBOOST)
+# one model over several GPUs of a node: xgboost.dask, one worker per GPU (XGBoost docs "Distributed XGBoost with
+# Dask", GPU section: one worker per GPU with dask_cuda's LocalCUDACluster)
+MULTI_GPU_LIBRARIES = (TabularLibrary.XGBOOST,)
 
 
 def gbdt_cells(*, rows: int, features: int, depth: int, trees: int, classes: int = 1) -> float:
@@ -165,8 +168,9 @@ def host_memory_bytes(job: TabularJob, parallel_fits: int, *, copy_bytes: float)
     )
 
 
-def gpu_memory_bytes(job: TabularJob, catalog: Catalog) -> MemoryBreakdown:
-    """GPU memory of one GBDT fit on the device (the training rows of one fold; folds run one after another).
+def gpu_memory_bytes(job: TabularJob, catalog: Catalog, *, workers: int = 1) -> MemoryBreakdown:
+    """GPU memory of one GBDT fit on a device (the training rows of one fold, split over ``workers`` GPUs; folds run
+    one after another).
 
     XGBoost (``device="cuda"``, ``hist``; XGBoost docs "GPU Support: Memory usage": the data set is kept in a
     compressed, quantised ELLPACK matrix, plus working memory per row and histograms per node):
@@ -189,7 +193,7 @@ def gpu_memory_bytes(job: TabularJob, catalog: Catalog) -> MemoryBreakdown:
     The CUDA context comes on top (assumptions.yaml ``cuda_context_gib``).  Dense data is assumed: sparse data
     stores fewer elements per row, so this is the upper end.
     """
-    rows = fit_rows(job)
+    rows = math.ceil(fit_rows(job) / workers)
     targets = job.classes if job.objective == "multiclass" else 1
     bins_total = job.features * job.max_bins
     if job.library is TabularLibrary.XGBOOST:
@@ -215,6 +219,19 @@ def _rate(catalog: Catalog, library: TabularLibrary, device: str) -> TabularRate
         raise CatalogError(f"no {device} rate for {library.value} in tabular_rates.csv") from None
 
 
+def histogram_allreduce_bytes(job: TabularJob) -> float:
+    """Bytes of histograms the workers all-reduce per boosting round when one XGBoost model trains over several
+    GPUs: each worker builds its rows' histograms and an all-reduce sums them before each level's split search
+    (Mitchell et al. 2018, "XGBoost: Scalable GPU Accelerated Learning", arXiv:1806.11248, Sec. 3: "the gradient
+    histograms are summed across devices with NCCL AllReduce"). Per level the built nodes — all of the root's level,
+    then half of each level's 2^l (the siblings come by subtraction) — times every bin of every feature, 16 bytes a
+    bin (``GradientPairInt64``), per target."""
+    depth = effective_depth(job)
+    built = sum(max(1, 2 ** level // 2) for level in range(depth))
+    targets = job.classes if job.objective == "multiclass" else 1
+    return built * job.features * job.max_bins * 16.0 * targets
+
+
 def tabular_reason(job: TabularJob, hw: Hardware) -> Rejection | None:
     """Why a tabular job should not run on ``hw`` (one machine: a CPU instance or one GPU)."""
     if hw.layout.nodes > 1:
@@ -222,10 +239,10 @@ def tabular_reason(job: TabularJob, hw: Hardware) -> Rejection | None:
     if hw.accelerator is not None:
         if hw.accelerator.kind == "tpu":
             return Rejection(RejectKind.PLATFORM, "no GBDT library trains on TPUs")
-        if hw.layout.gpus_per_node > 1:
+        if hw.layout.gpus_per_node > 1 and job.library not in MULTI_GPU_LIBRARIES:
             return Rejection(RejectKind.WASTE, (
-                f"{job.library.value} trains one model per GPU; {hw.layout.gpus_per_node - 1} of "
-                f"{hw.layout.gpus_per_node} GPUs would idle — use a 1-GPU instance"
+                f"{job.library.value} trains one model per GPU here (XGBoost trains one over several through Dask); "
+                f"{hw.layout.gpus_per_node - 1} of {hw.layout.gpus_per_node} GPUs would idle — use a 1-GPU instance"
             ))
         if job.library not in GPU_LIBRARIES:
             return Rejection(RejectKind.PLATFORM, f"{job.library.value} has no GPU implementation; use a CPU instance")
@@ -240,14 +257,30 @@ def estimate_tabular(job: TabularJob, hw: Hardware, catalog: Catalog, *, ns_per_
     cores = physical_cores(hw.vcpus_per_node, cloud=hw.cloud)
     calibrated = ns_per_cell is not None
     notes: list[str] = []
+    gpus = hw.layout.gpus_per_node if hw.accelerator is not None else 1
     if hw.accelerator is not None and reason is None:
         rate = _rate(catalog, job.library, "gpu")
         ns = ns_per_cell if ns_per_cell is not None else rate.ns_per_cell * (rate.ref_mem_bandwidth_gb_s or 1) / hw.accelerator.mem_bandwidth_gb_s
-        fit_s = cells * ns * 1e-9
-        train_s = folds * fit_s  # folds run one after another on the one GPU
+        fit_s = cells * ns * 1e-9 / gpus  # several GPUs: each builds the histograms of its share of the rows
         parallel_fits = 1
         strategy = "gpu"
         notes.append(f"{job.library.value} on {hw.accelerator.id}: rate scaled by memory bandwidth from {rate.source}")
+        if gpus > 1:
+            from trainplan.estimate.comms import collective_seconds
+            from trainplan.estimate.steptime import links_for
+
+            try:
+                sync_s = rounds_per_fit(job) * collective_seconds(histogram_allreduce_bytes(job), 2.0, hw.layout,
+                                                                  links_for(hw, catalog))  # fmt: skip
+            except ValueError:  # the instance row has no GPU-to-GPU bandwidth
+                sync_s = 0.0
+                reason = Rejection(RejectKind.MISSING_FIGURE, f"{hw.label} has no GPU-to-GPU bandwidth in the catalog "
+                                                              "for the histogram all-reduce")  # fmt: skip
+            fit_s += sync_s
+            strategy = "dask-gpu"
+            notes.append(f"one model over {gpus} GPUs with xgboost.dask (one worker per GPU, rows split): "
+                         f"{sync_s:.1f} s of histogram all-reduce per fit; per-round Dask overheads not modelled")  # fmt: skip
+        train_s = folds * fit_s  # folds run one after another on the GPU(s)
     else:
         rate = _rate(catalog, job.library, "cpu")
         ns = ns_per_cell if ns_per_cell is not None else rate.ns_per_cell
@@ -264,7 +297,7 @@ def estimate_tabular(job: TabularJob, hw: Hardware, catalog: Catalog, *, ns_per_
     mem, capacity = host, ram
     if hw.accelerator is not None and job.library in GPU_LIBRARIES:
         # a GPU option is judged by the GPU's memory, like any other job; the host keeps the caller's array
-        mem, capacity = gpu_memory_bytes(job, catalog), hw.accelerator.memory_gib
+        mem, capacity = gpu_memory_bytes(job, catalog, workers=gpus), hw.accelerator.memory_gib
         notes.append(f"host RAM {host.peak / GIB:.1f} GiB of {ram:.0f} GiB (the data and the library's copies)")
         if reason is None and mem.peak > capacity * GIB:
             reason = Rejection(

@@ -79,6 +79,11 @@ def main(address=None):
     cluster = None
     if address:
         client = Client(address, timeout="20s")
+    elif GPUS:
+        from dask_cuda import LocalCUDACluster  # one worker per GPU (pip install dask-cuda)
+
+        cluster = LocalCUDACluster(n_workers=WORKERS, threads_per_worker=THREADS, dashboard_address=None)
+        client = Client(cluster)
     else:
         cluster = LocalCluster(n_workers=WORKERS, threads_per_worker=THREADS, processes=True, dashboard_address=None)
         client = Client(cluster)
@@ -115,11 +120,16 @@ def check(plan: LaunchPlan) -> None:
 def render(plan: LaunchPlan) -> Rendered:
     check(plan)
     p = plan.placement
+    gpus = p.gpu is not None and plan.job.library is TabularLibrary.XGBOOST  # XGBoost on the option's GPUs
     workers = plan.options.workers or p.world_size
     threads = max(1, p.cpus_per_node // workers)
+    params = library_params(plan.job, threads)
+    if gpus:
+        params = {**params, "device": "cuda"}  # XGBoost >= 2.0: hist on the worker's GPU
     constants = header(
         LIBRARY=plan.job.library.value.split("-")[0] if plan.job.library.value.startswith("sklearn") else plan.job.library.value,
-        PARAMS=library_params(plan.job, threads),
+        PARAMS=params,
+        GPUS=gpus,
         ROUNDS=plan.job.trees,
         WORKERS=workers,
         THREADS=threads,
@@ -131,5 +141,8 @@ def render(plan: LaunchPlan) -> Rendered:
     files[DRIVER] = source
     address = plan.options.address
     argv = (python(plan), str(plan.path(DRIVER)), *([address] if address else []))
-    where = f"this machine, as a client of the scheduler at {address}" if address else f"this machine (a LocalCluster of {workers} workers)"
-    return Rendered(plan.target, files, (Command(argv=argv, where=where, cwd=plan.out),))
+    kind = f"a LocalCUDACluster of {workers} GPU workers" if gpus else f"a LocalCluster of {workers} workers"
+    where = f"this machine, as a client of the scheduler at {address}" if address else f"this machine ({kind})"
+    notes = (("the GPU workers need dask-cuda beside xgboost (pip install dask-cuda) on the machine or cluster",)
+             if gpus else ())  # fmt: skip
+    return Rendered(plan.target, files, (Command(argv=argv, where=where, cwd=plan.out),), notes)

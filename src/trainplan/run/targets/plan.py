@@ -124,7 +124,7 @@ def placement_of(e: Estimate, job: Any, device: str | None) -> Placement:
     if hw.accelerator is not None and gpu is None:
         raise SpecError(f"{hw.accelerator.id} is not a GPU; launches run on GPUs, TPU slices or CPUs", field="--gpu")
     tabular = job.kind is JobKind.TABULAR
-    procs = 1 if tabular or gpu is None else hw.layout.gpus_per_node
+    procs = 1 if (tabular and e.strategy != "dask-gpu") or gpu is None else hw.layout.gpus_per_node
     run_on = Accelerator.CUDA if gpu is not None and not tabular else Accelerator.CPU
     if device == "cuda" and run_on is not Accelerator.CUDA:
         raise SpecError("the option has no GPU to run on", field="--device")
@@ -223,6 +223,9 @@ def resolve_launch(request: LaunchRequest, *, run_dir: Path | None = None) -> La
     # torchtitan trains its own model code (checked by run/targets/torchtitan.py), not trainplan's worker
     checked = job if request.target is Target.TORCHTITAN else check_job(job, options.script)
     e = choose_estimate(checked, request, catalog)
+    if e.strategy == "dask-gpu" and request.target is not Target.DASK:
+        raise SpecError(f"the option trains one XGBoost model over {e.hardware.layout.gpus_per_node} GPUs with "
+                        "xgboost.dask: launch it with --to dask", field="--to")  # fmt: skip
     placement = placement_of(e, job, request.device)
     out = request.out.expanduser().resolve()
     check_out(out, request.overwrite)
