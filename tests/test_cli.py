@@ -308,7 +308,7 @@ def test_plan_xgboost_json(capsys) -> None:
     out = run_json(capsys, "plan", XGB, "--json")
     assert out["options"]
     for o in out["options"]:
-        assert o["nodes"] == 1 and o["count"] <= 1
+        assert o["nodes"] == 1 and (o["count"] <= 1 or o["strategy"] == "dask-gpu")
         assert o["samples_per_s"] > 0 and "tokens_per_s" not in o
     multi = [r for r in out["rejected"] if r["count"] > 1]
     assert multi and all(r["reason"] for r in multi)
@@ -403,8 +403,13 @@ def test_estimate_tabular_more_cpus_is_faster(capsys) -> None:
     assert big["train_s"] < small["train_s"]
 
 
-def test_estimate_tabular_on_several_gpus_is_rejected(capsys) -> None:
+def test_estimate_tabular_on_several_gpus(capsys, tmp_path) -> None:
+    """XGBoost trains one model over the 4 GPUs (xgboost.dask); LightGBM would leave 3 of them idle."""
     e = _estimate(capsys, XGB, "--gpu", "A100-80GB", "--gpus", "4")
+    assert e["fits"] is True and e["strategy"] == "dask-gpu"
+    lgb = tmp_path / "lgb.yaml"
+    lgb.write_text(XGB.read_text().replace("library: xgboost", "library: lightgbm"))
+    e = _estimate(capsys, lgb, "--gpu", "A100-80GB", "--gpus", "4")
     assert e["fits"] is False and "idle" in e["reason"]
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from trainplan import InfeasibleError, Objective, get_catalog, load_catalog, load_job, parse_job, plan_job
 from trainplan.errors import SpecError
+from trainplan.spec import TabularLibrary
 from trainplan.catalog import DATA_DIR, CloudTerms, find_accelerator
 from trainplan.estimate.memory import GIB, MemoryBreakdown
 from trainplan.estimate.result import Estimate, Hardware, Rejection, RejectKind, billed_seconds
@@ -372,15 +373,18 @@ def test_xgboost_is_planned_on_one_machine(xgb_plan) -> None:
     assert xgb_plan.options
     for e in xgb_plan.options:
         assert e.hardware.layout.nodes == 1
-        assert e.hardware.layout.world_size <= 1 or e.hardware.accelerator is None
-        assert e.to_dict()["count"] <= 1
+        # several GPUs of the node only as one model over all of them (xgboost.dask, one worker per GPU)
+        assert e.hardware.layout.world_size <= 1 or e.hardware.accelerator is None or e.strategy == "dask-gpu"
+        assert e.to_dict()["count"] <= 1 or e.strategy == "dask-gpu"
     assert any(e.hardware.accelerator is None for e in xgb_plan.options)  # CPU instances compete
-    assert any(e.hardware.accelerator is not None for e in xgb_plan.options)  # and single GPUs
+    assert any(e.hardware.accelerator is not None and e.strategy == "gpu" for e in xgb_plan.options)  # single GPUs
+    assert any(e.strategy == "dask-gpu" for e in xgb_plan.options)  # and a node's GPUs together
 
 
-def test_xgboost_rejects_every_multi_gpu_instance_with_a_reason(xgb_plan) -> None:
+def test_libraries_without_a_multi_gpu_path_reject_every_multi_gpu_instance_with_a_reason() -> None:
+    plan = plan_job(load_job(FIXTURES / "xgboost-10m.yaml").model_copy(update={"library": TabularLibrary.LIGHTGBM}))
     multi = {f"{i.cloud}:{i.name}" for i in get_catalog().instances if i.accelerator_count > 1}
-    rejected = {e.hardware.label: e for e in xgb_plan.rejected}
+    rejected = {e.hardware.label: e for e in plan.rejected}
     assert multi <= set(rejected)
     tpus = {f"{i.cloud}:{i.name}" for i in get_catalog().instances if i.accelerator and i.accelerator.startswith("TPU")}
     for label in multi:
