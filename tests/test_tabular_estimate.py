@@ -163,3 +163,26 @@ def test_xgboost_trains_one_model_over_a_nodes_gpus_through_dask() -> None:
     assert eight.memory.context == pytest.approx(cat.assumption("cuda_context_gib") * GIB)
     lgb = estimate_tabular(_job(library="lightgbm", rows=50_000_000, features=100), _gpu_hardware("p4d.24xlarge"), cat)
     assert not lgb.fits and lgb.rejection.kind.value == "waste"
+
+
+def test_every_published_tabular_record_builds_and_estimates() -> None:
+    """benchmarks/validate_tabular.py reads every record of tests/data/published_tabular.yaml: each one the estimator
+    covers becomes a job on its named hardware and gets a time or a GPU memory figure."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("validate_tabular", root / "benchmarks" / "validate_tabular.py")
+    validator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(validator)
+    import yaml
+
+    cat = get_catalog()
+    covered = 0
+    for rec in yaml.safe_load(validator.DATA.read_text()):
+        if validator.skip_reason(rec):
+            continue
+        e = estimate_tabular(validator.job_of(rec), validator.hardware_of(rec, cat), cat)
+        assert e.train_s > 0, rec["id"]
+        covered += 1
+    assert covered >= 30

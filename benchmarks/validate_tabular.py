@@ -1,0 +1,107 @@
+"""Published GBDT training times and GPU memory against trainplan's tabular estimator.
+
+    python benchmarks/validate_tabular.py
+
+Reads tests/data/published_tabular.yaml (LightGBM's and XGBoost's docs, szilard/GBM-perf; sources and caveats in
+docs/validation-sources.md section 3), builds each run as a job (its rows, features, trees, depth or leaves) on the
+hardware it names — CPU runs on as many physical cores as the threads they used, GPU runs on the catalog's row
+(consumer Pascal cards from NVIDIA's product pages) — and prints the predicted training time against the published
+one as a factor (predicted / measured), and the GPU memory where the source printed it. Left out, with the reason
+printed: XGBoost's ``exact`` method (trainplan plans ``hist``) and LightGBM's multi-machine runs (not modelled).
+The default rates are used (no calibration from this machine's runs).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import replace
+from pathlib import Path
+
+import yaml
+
+from trainplan.catalog import get_catalog
+from trainplan.estimate.hardware import hardware_for_gpu
+from trainplan.estimate.memory import GIB
+from trainplan.estimate.tabular import estimate_tabular, gpu_memory_bytes
+from trainplan.planner.local import local_cpu_hardware
+from trainplan.spec import parse_job
+
+DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "published_tabular.yaml"
+# Pascal consumer cards the sources used, from NVIDIA's GeForce GTX 1080 Ti / 1080 specification pages:
+# 11 GB GDDR5X at 484 GB/s, 8 GB GDDR5X at 320 GB/s (their compute peaks do not enter the tabular estimate)
+PASCAL = {"GTX1080Ti": (11.0, 484.0), "GTX1080": (8.0, 320.0)}
+
+
+def job_of(rec: dict) -> object:
+    fields = {"kind": "tabular", "name": rec["id"], "library": rec["library"], "rows": rec["rows"],
+              "features": rec["features"], "trees": rec.get("trees") or 100, "cv_folds": 1,
+              "learning_rate": rec.get("learning_rate", 0.1)}  # fmt: skip
+    if rec.get("max_depth"):
+        fields["max_depth"] = rec["max_depth"]
+    if rec.get("num_leaves"):
+        fields["num_leaves"] = rec["num_leaves"]
+    if rec.get("max_bin"):
+        fields["max_bins"] = rec["max_bin"]
+    elif "max_bin 63" in str(rec.get("algorithm")):
+        fields["max_bins"] = 63
+    return parse_job(fields)
+
+
+def hardware_of(rec: dict, cat):  # noqa: ANN001, ANN201
+    h = rec["hardware"]
+    if h["kind"] == "cpu":
+        return local_cpu_hardware(int(h["threads"]))
+    acc_id = h["accelerator"]
+    if acc_id in cat.accelerators:
+        return hardware_for_gpu(cat.accelerators[acc_id], cat, gpus=1)
+    memory, bandwidth = PASCAL[acc_id]  # a card no catalog instance carries: a V100 machine with that card in it
+    hw = hardware_for_gpu(cat.accelerators["V100-16GB"], cat, gpus=1)
+    return replace(hw, accelerator=replace(hw.accelerator, id=acc_id, memory_gib=memory, mem_bandwidth_gb_s=bandwidth))
+
+
+def skip_reason(rec: dict) -> str | None:
+    if rec.get("algorithm") == "exact":
+        return "xgboost exact: trainplan plans hist"
+    if (rec["hardware"].get("machines") or 1) > 1:
+        return "LightGBM data-parallel over several machines: not modelled"
+    return None
+
+
+def main() -> None:
+    cat = get_catalog()
+    rows = yaml.safe_load(DATA.read_text())
+    factors: list[float] = []
+    memory: list[tuple[str, float, float]] = []
+    print(f"{'record':46} {'hardware':12} {'published s':>12} {'predicted s':>12} {'factor':>7}")
+    for rec in rows:
+        why = skip_reason(rec)
+        if why:
+            print(f"{rec['id']:46} skipped: {why}")
+            continue
+        job, hw = job_of(rec), hardware_of(rec, cat)
+        m = rec["measured"]
+        if "gpu_memory_mb" in m:
+            predicted = gpu_memory_bytes(job, cat).peak / 2**20
+            memory.append((rec["id"], predicted, float(m["gpu_memory_mb"])))
+            continue
+        published = float(m["train_s"]) if "train_s" in m else float(m["time_per_tree_s"]) * job.trees
+        e = estimate_tabular(job, hw, cat)
+        predicted = e.train_s
+        factor = predicted / published
+        factors.append(factor)
+        where = rec["hardware"].get("accelerator") or f"{rec['hardware']['threads']} threads"
+        print(f"{rec['id']:46} {where:12} {published:12.1f} {predicted:12.1f} {factor:7.2f}")
+    off = [math.exp(abs(math.log(f))) for f in factors]
+    print(f"\ntime: {len(factors)} runs, median factor off x{statistics.median(off):.2f} (median predicted/measured "
+          f"{statistics.median(factors):.2f}), worst x{max(off):.2f}, within x1.25: {sum(o <= 1.25 for o in off)}")  # fmt: skip
+    if memory:
+        print(f"\n{'GPU memory record':46} {'published MiB':>14} {'predicted MiB':>14} {'err':>7}")
+        for name, predicted, published in memory:
+            print(f"{name:46} {published:14.0f} {predicted:14.0f} {(predicted - published) / published:+7.1%}")
+        ctx = cat.assumption("cuda_context_gib") * GIB / 2**20
+        print(f"(predicted includes the CUDA context assumption, {ctx:.0f} MiB)")
+
+
+if __name__ == "__main__":
+    main()
