@@ -89,6 +89,7 @@ def test_layout_batch_and_recipe_are_rendered(tmp_path: Path) -> None:
     assert "activation-checkpoint:selective" in a
     assert plan.micro_steps == 16
     assert any("set stack: torchtitan" in n for n in rendered.notes)  # estimated for stack plain
+    assert any("learning_rate (0.0001) is not passed" in n for n in rendered.notes)
     titan = resolve(tmp_path, {**job, "stack": "torchtitan"}, out="t", gpu="H100-80GB", gpus=8, tp=2, pp=2, strategy="fsdp")
     assert not any("set stack" in n for n in render(titan).notes)
 
@@ -112,6 +113,7 @@ def test_refusals_are_one_line(tmp_path: Path) -> None:
         ({**PRETRAIN_8B, "model": "llama-7b"}, {}, "none of them"),  # the reference case's LLaMA-1: not a torchtitan model
         ({**PRETRAIN_8B, "method": "lora"}, {}, "trains all weights"),
         ({**PRETRAIN_8B, "precision": "fp16"}, {}, "no equivalent"),
+        ({**PRETRAIN_8B, "optimizer": "adafactor"}, {}, "train with AdamW"),  # it would train AdamW regardless
         ({**PRETRAIN_8B, "model": "llama-3.1-405b", "global_batch": 2048}, {"gpus": 8, "nodes": 32, "tp": 8, "pp": 8},
          "set precision: fp8"),
         (PRETRAIN_8B, {"strategy": "zero2"}, "FSDP2, not DeepSpeed"),
@@ -169,7 +171,7 @@ def test_torchtitan_reads_the_rendered_layouts(tmp_path: Path) -> None:
     moe = {**PRETRAIN_8B, "model": "qwen3-30b-a3b", "seq_len": 4096, "activation_checkpointing": "full"}
     cases = [
         ({**PRETRAIN_8B, "activation_checkpointing": "selective"}, dict(gpus=8, tp=2, pp=2, vpp=2, sequence_parallel=True, strategy="fsdp")),
-        (PRETRAIN_8B, dict(gpus=8, cp=2, strategy="fsdp-grad-op", checkpoint_every=25)),
+        ({**PRETRAIN_8B, "knobs": {"compile": True}}, dict(gpus=8, cp=2, strategy="fsdp-grad-op", checkpoint_every=25)),
         ({**PRETRAIN_8B, "precision": "fp32", "seq_len": 2048, "activation_checkpointing": "none"},
          dict(gpus=8, tp=4, strategy="fsdp")),
         (moe, dict(gpus=8, ep=8, strategy="fsdp")),
@@ -188,6 +190,7 @@ def test_torchtitan_reads_the_rendered_layouts(tmp_path: Path) -> None:
                                                         [job["activation_checkpointing"]])  # fmt: skip
         if lay.tp > 1:
             assert read["sequence_parallel"] is lay.sequence_parallel
+        assert read["compile"] is bool(job.get("knobs", {}).get("compile"))  # llama3_8b does not compile by itself
         every = request.get("checkpoint_every")
         assert read["checkpoint"][0] is bool(every) and (not every or read["checkpoint"][1] == every)
         if plan.strategy is Strategy.FSDP_GRAD_OP:

@@ -101,12 +101,17 @@ def rounds_per_fit(job: TabularJob) -> int:
     return job.iterations if job.library is TabularLibrary.SKLEARN_LINEAR else job.trees
 
 
+def gradient_dims(job: TabularJob) -> int:
+    """Gradient and prediction values per row: one per class for a multiclass objective, else one."""
+    return job.classes if job.objective == "multiclass" else 1
+
+
 def work_cells(job: TabularJob, *, rows: int | None = None, rounds: int | None = None) -> float:
     """Units of work of one model fit (one fold) on ``rows`` training rows (default :func:`fit_rows`),
     with ``rounds`` trees (iterations for a linear model) instead of the job's :func:`rounds_per_fit`."""
     rows = fit_rows(job) if rows is None else rows
     rounds = rounds_per_fit(job) if rounds is None else rounds
-    classes = job.classes if job.objective == "multiclass" else 1
+    classes = gradient_dims(job)
     if job.library is TabularLibrary.CATBOOST:
         return oblivious_cells(rows=rows, features=job.features, depth=effective_depth(job), trees=rounds, classes=classes)
     if job.library in GBDT:
@@ -145,7 +150,7 @@ def host_memory_bytes(job: TabularJob, parallel_fits: int, *, copy_bytes: float)
     raw = 4.0 * cells  # float32 matrix
     fold_copies = (4.0 + copy_bytes) * fit_rows(job) * job.features
     bin_bytes = 1 if job.max_bins <= 256 else 2
-    classes = job.classes if job.objective == "multiclass" else 1
+    classes = gradient_dims(job)
     per_fit = 0.0
     trees = 0.0
     if job.library in GBDT:
@@ -194,7 +199,7 @@ def gpu_memory_bytes(job: TabularJob, catalog: Catalog, *, workers: int = 1) -> 
     stores fewer elements per row, so this is the upper end.
     """
     rows = math.ceil(fit_rows(job) / workers)
-    targets = job.classes if job.objective == "multiclass" else 1
+    targets = gradient_dims(job)
     bins_total = job.features * job.max_bins
     if job.library is TabularLibrary.XGBOOST:
         bits = max(1, math.ceil(math.log2(job.max_bins)))
@@ -228,7 +233,7 @@ def histogram_allreduce_bytes(job: TabularJob) -> float:
     bin (``GradientPairInt64``), per target."""
     depth = effective_depth(job)
     built = sum(max(1, 2 ** level // 2) for level in range(depth))
-    targets = job.classes if job.objective == "multiclass" else 1
+    targets = gradient_dims(job)
     return built * job.features * job.max_bins * 16.0 * targets
 
 
@@ -303,7 +308,7 @@ def estimate_tabular(job: TabularJob, hw: Hardware, catalog: Catalog, *, ns_per_
             reason = Rejection(
                 RejectKind.DEVICE_MEMORY,
                 f"needs {mem.peak / GIB:.1f} GiB GPU memory > {capacity:.0f} GiB on {hw.accelerator.id} (quantised "
-                f"matrix {(mem.activations) / GIB:.1f} GiB with histograms, per-row state {mem.gradients / GIB:.1f} GiB); "
+                f"matrix {mem.activations / GIB:.1f} GiB with histograms, per-row state {mem.gradients / GIB:.1f} GiB); "
                 f"XGBoost's external memory (ExtMemQuantileDMatrix) pages the matrix from host RAM instead",
                 needed=mem.peak, available=capacity * GIB, unit="bytes",
             )  # fmt: skip

@@ -69,12 +69,9 @@ def _hardware(request: LaunchRequest, catalog: Catalog) -> Hardware:
     if request.instance is not None:
         return with_layout(hardware_for_instance(find_instance(request.instance, catalog), catalog, nodes=request.nodes),
                            request.degrees)  # fmt: skip
-    if any(v not in (1, False) for v in request.degrees.values()):
-        raise SpecError("tensor / pipeline / context / expert parallelism is planned on GPUs; give --gpu or --instance",
-                        field="--tp/--pp/--cp/--ep")  # fmt: skip
     if request.cpus is None or request.cpus < 1:
         raise SpecError(f"must be >= 1, got {request.cpus}", field="--cpus")
-    return hardware_for_cpus(request.cpus, catalog)
+    return with_layout(hardware_for_cpus(request.cpus, catalog), request.degrees)  # degrees on CPUs: one line
 
 
 def choose_estimate(job: Any, request: LaunchRequest, catalog: Catalog) -> Estimate:

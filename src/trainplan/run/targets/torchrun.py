@@ -16,10 +16,11 @@ from trainplan.run.targets.base import Command, LaunchPlan, Rendered, unsupporte
 from trainplan.run.targets.common import RUN_JSON, base_files, install_hint, python, worker_env, worker_target
 
 
-def node_argv(plan: LaunchPlan, node_rank: int, *, master_addr: str | None, config_path: str, interpreter: str | None = None) -> list[str]:
-    """The torchrun command of node ``node_rank`` (standalone on one node without a rendezvous host)."""
+def launcher_argv(plan: LaunchPlan, node_rank: int, *, master_addr: str | None, interpreter: str | None = None) -> list[str]:
+    """torchrun for node ``node_rank`` of the plan (standalone on one node without a rendezvous host), before what it
+    starts in each process."""
     p = plan.placement
-    argv = torchrun_args(
+    return torchrun_args(
         nproc_per_node=p.procs_per_node,
         max_restarts=plan.options.max_restarts,
         nnodes=p.nodes,
@@ -29,7 +30,11 @@ def node_argv(plan: LaunchPlan, node_rank: int, *, master_addr: str | None, conf
         rdzv_id=f"trainplan-{plan.name}",
         python=interpreter or python(plan),
     )
-    return argv + worker_target(plan, config_path)
+
+
+def node_argv(plan: LaunchPlan, node_rank: int, *, master_addr: str | None, config_path: str, interpreter: str | None = None) -> list[str]:
+    """The torchrun command of node ``node_rank``: the launcher, then trainplan's worker (or the user's script)."""
+    return launcher_argv(plan, node_rank, master_addr=master_addr, interpreter=interpreter) + worker_target(plan, config_path)
 
 
 def check(plan: LaunchPlan) -> None:

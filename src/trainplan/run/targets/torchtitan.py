@@ -28,11 +28,12 @@ from dataclasses import dataclass, replace
 
 from trainplan.catalog import checkpoint_dir, get_catalog, resolve_model
 from trainplan.errors import SpecError
+from trainplan.estimate.stack import effective_knobs
 from trainplan.model import ModelArch
-from trainplan.run.launch import torchrun_args
 from trainplan.run.targets.base import Command, LaunchPlan, Rendered, unsupported
-from trainplan.run.targets.common import base_files, python
-from trainplan.spec import Checkpointing, JobKind, Method, Precision
+from trainplan.run.targets.common import base_files
+from trainplan.run.targets.torchrun import launcher_argv
+from trainplan.spec import Checkpointing, JobKind, Method, Optimizer, Precision
 from trainplan.strategies import Strategy
 
 #: The release whose config layout this module renders (flags read from its ``torchtitan/config/configs.py``,
@@ -48,20 +49,18 @@ class TitanModel:
     preset: str  # trainplan's preset (catalog/data/models.yaml)
     module: str  # torchtitan.models.<module>
     config: str  # its config_registry function
-    flavor: str  # the model_registry flavour that function builds
-    float8: bool = False  # the function adds torchao float8 linears to the model spec
-    mtp_layers: int = 0  # multi-token-prediction modules it builds
+    float8: bool = False  # the function adds torchao float8 linears to the model spec (none builds MTP modules)
 
 
 #: torchtitan 0.3.0's full-size config functions (torchtitan/models/*/config_registry.py) and their models.
 MODELS: tuple[TitanModel, ...] = (
-    TitanModel("llama-3.1-8b", "llama3", "llama3_8b", "8B"),
-    TitanModel("llama-3.1-70b", "llama3", "llama3_70b", "70B"),
-    TitanModel("llama-3.1-405b", "llama3", "llama3_405b", "405B", float8=True),
-    TitanModel("qwen3-30b-a3b", "qwen3", "qwen3_30b_a3b", "30B-A3B"),
-    TitanModel("deepseek-v3", "deepseek_v3", "deepseek_v3_671b", "671B"),
-    TitanModel("gpt-oss-20b", "gpt_oss", "gpt_oss_20b", "20b"),
-    TitanModel("gpt-oss-120b", "gpt_oss", "gpt_oss_120b", "120b"),
+    TitanModel("llama-3.1-8b", "llama3", "llama3_8b"),
+    TitanModel("llama-3.1-70b", "llama3", "llama3_70b"),
+    TitanModel("llama-3.1-405b", "llama3", "llama3_405b", float8=True),
+    TitanModel("qwen3-30b-a3b", "qwen3", "qwen3_30b_a3b"),
+    TitanModel("deepseek-v3", "deepseek_v3", "deepseek_v3_671b"),
+    TitanModel("gpt-oss-20b", "gpt_oss", "gpt_oss_20b"),
+    TitanModel("gpt-oss-120b", "gpt_oss", "gpt_oss_120b"),
 )
 
 # Fields of a ModelArch that say where it came from or bound its use, not what it computes.
@@ -79,42 +78,41 @@ def titan_model(arch: ModelArch) -> TitanModel | None:
     return next((m for m in MODELS if _shape(resolve_model(m.preset, catalog)) == shape), None)
 
 
-def _refuse(plan: LaunchPlan, why: str) -> SpecError:
-    return unsupported(plan, why)
-
-
 def check(plan: LaunchPlan) -> TitanModel:
     """Why torchtitan cannot run this plan (one line), or the torchtitan model it trains."""
     job = plan.job
     if job.kind is not JobKind.TRANSFORMER:
-        raise _refuse(plan, f"torchtitan trains its own transformer models; this is a kind: {job.kind.value} job")
+        raise unsupported(plan, f"torchtitan trains its own transformer models; this is a kind: {job.kind.value} job")
     if plan.options.script is not None:
-        raise _refuse(plan, "torchtitan runs its own trainer (torchtitan.train); a --script runs with --to torchrun")
+        raise unsupported(plan, "torchtitan runs its own trainer (torchtitan.train); a --script runs with --to torchrun")
     if job.method is not Method.FULL:
-        raise _refuse(plan, f"torchtitan {TORCHTITAN_VERSION} trains all weights; method {job.method.value} runs with "
+        raise unsupported(plan, f"torchtitan {TORCHTITAN_VERSION} trains all weights; method {job.method.value} runs with "
                             "--to torchrun / deepspeed")  # fmt: skip
+    if job.optimizer is not Optimizer.ADAMW:
+        raise unsupported(plan, f"torchtitan's config functions train with AdamW; the job's optimizer is "
+                                f"{job.optimizer.value} — use optimizer: adamw, or --to torchrun")  # fmt: skip
     if plan.strategy not in (Strategy.SINGLE, Strategy.DDP, Strategy.FSDP, Strategy.FSDP_GRAD_OP, Strategy.FSDP_OFFLOAD):
-        raise _refuse(plan, f"torchtitan shards with FSDP2, not DeepSpeed: the option's strategy is "
+        raise unsupported(plan, f"torchtitan shards with FSDP2, not DeepSpeed: the option's strategy is "
                             f"{plan.strategy.value}; pick an fsdp or ddp option (--strategy fsdp)")  # fmt: skip
     if job.precision in (Precision.FP16, Precision.BF16_PURE):
-        raise _refuse(plan, f"torchtitan trains with fp32 master weights in bf16 or fp32 (training.mixed_precision_param);"
+        raise unsupported(plan, f"torchtitan trains with fp32 master weights in bf16 or fp32 (training.mixed_precision_param);"
                             f" precision {job.precision.value} has no equivalent — use bf16")  # fmt: skip
     if plan.placement.device.value != "cuda":
-        raise _refuse(plan, "torchtitan runs on GPUs (NCCL); --device cpu rehearses with --to torchrun")
+        raise unsupported(plan, "torchtitan runs on GPUs (NCCL); --device cpu rehearses with --to torchrun")
     arch = resolve_model(job.model, get_catalog())
     model = titan_model(arch)
     if model is None:
         shipped = ", ".join(m.preset for m in MODELS)
-        raise _refuse(plan, f"torchtitan {TORCHTITAN_VERSION} ships its own model definitions, and this job's model is "
+        raise unsupported(plan, f"torchtitan {TORCHTITAN_VERSION} ships its own model definitions, and this job's model is "
                             f"none of them (same architecture as: {shipped})")  # fmt: skip
     if (job.precision is Precision.FP8) != model.float8:
         recipe = "trains in float8 (torchao float8 linears in its model spec)" if model.float8 else "has no float8"
         want = "fp8" if model.float8 else "bf16"
-        raise _refuse(plan, f"torchtitan {TORCHTITAN_VERSION}'s {model.config} {recipe}; the plan's precision is "
+        raise unsupported(plan, f"torchtitan {TORCHTITAN_VERSION}'s {model.config} {recipe}; the plan's precision is "
                             f"{job.precision.value} — set precision: {want} to render it")  # fmt: skip
     layout = plan.layout
     if layout.cp > 1 and job.seq_len % (2 * layout.cp):
-        raise _refuse(plan, f"torchtitan's context parallel (head-tail load balancing) splits each sequence into "
+        raise unsupported(plan, f"torchtitan's context parallel (head-tail load balancing) splits each sequence into "
                             f"2 × cp chunks: seq_len {job.seq_len} must be a multiple of {2 * layout.cp}")  # fmt: skip
     return model
 
@@ -134,11 +132,10 @@ def _batches(plan: LaunchPlan) -> tuple[int, int, int]:
     return micro, global_batch, micro
 
 
-def _layers_per_stage(plan: LaunchPlan, stages: int) -> int:
-    layers = resolve_model(plan.job.model, get_catalog()).layers
+def _layers_per_stage(plan: LaunchPlan, stages: int, layers: int) -> int:
     per_stage = -(-layers // stages)
     if -(-layers // per_stage) != stages:
-        raise _refuse(plan, f"torchtitan splits the {layers} blocks into stages of equal size "
+        raise unsupported(plan, f"torchtitan splits the {layers} blocks into stages of equal size "
                             f"(pipeline_parallel_layers_per_stage): no size gives pp × vpp = {stages} stages")  # fmt: skip
     return per_stage
 
@@ -179,9 +176,11 @@ def overrides(plan: LaunchPlan, model: TitanModel) -> list[str]:
                  "--parallelism.pipeline-parallel-microbatch-size", str(pp_micro)]  # fmt: skip
         # the plan's split: ceil(L / stages) blocks per (virtual) stage, embedding and head not counted as blocks;
         # torchtitan makes ceil(L / layers_per_stage) stages of it (distributed/pipeline_parallel.py)
-        args += ["--parallelism.pipeline-parallel-layers-per-stage", str(_layers_per_stage(plan, stages)),
+        args += ["--parallelism.pipeline-parallel-layers-per-stage", str(_layers_per_stage(plan, stages, resolve_model(job.model, get_catalog()).layers)),
                  "--parallelism.pipeline-parallel-first-stage-less-layers", "0",
                  "--parallelism.pipeline-parallel-last-stage-less-layers", "0"]  # fmt: skip
+    if effective_knobs(job, get_catalog()).compile:  # the plan was estimated compiled: torchtitan compiles too
+        args.append("--compile.enable")
     every = plan.config.checkpoint_every
     pretrained = checkpoint_dir(job.model)
     if every or pretrained is not None:
@@ -199,17 +198,7 @@ def overrides(plan: LaunchPlan, model: TitanModel) -> list[str]:
 
 
 def node_argv(plan: LaunchPlan, model: TitanModel, node_rank: int, args: list[str]) -> list[str]:
-    p = plan.placement
-    launcher = torchrun_args(
-        nproc_per_node=p.procs_per_node,
-        max_restarts=plan.options.max_restarts,
-        nnodes=p.nodes,
-        node_rank=node_rank,
-        master_addr=plan.options.master_addr,
-        master_port=plan.options.master_port,
-        rdzv_id=f"trainplan-{plan.name}",
-        python=python(plan),
-    )
+    launcher = launcher_argv(plan, node_rank, master_addr=plan.options.master_addr)  # torchrun's, as --to torchrun
     return [*launcher, "-m", "torchtitan.train", "--module", model.module, "--config", model.config, *args]
 
 
@@ -228,6 +217,7 @@ def render(plan: LaunchPlan) -> Rendered:
                 where=f"node {rank} of {nodes}" + (" (the rendezvous host)" if rank == 0 and nodes > 1 else ""))
         for rank in range(nodes)
     )  # fmt: skip
+    arch = resolve_model(plan.job.model, get_catalog())
     pretrained = checkpoint_dir(plan.job.model)
     start = f"from the weights in {pretrained}" if pretrained is not None else "from a random initialisation"
     notes = [
@@ -236,10 +226,14 @@ def render(plan: LaunchPlan) -> Rendered:
         "PyTorch it supports)",
         f"data: {model.config}'s own dataset (--dataloader.dataset / --dataloader.dataset-path); trainplan's `data` "
         "is not passed to torchtitan",
+        f"optimizer: AdamW at {model.config}'s learning rate and schedule; the job's learning_rate "
+        f"({plan.job.learning_rate:g}) is not passed",
     ]
-    if model.mtp_layers == 0 and resolve_model(plan.job.model, get_catalog()).mtp_layers:
-        notes.append(f"torchtitan's {model.config} builds no multi-token-prediction module; the plan counted "
-                     f"{resolve_model(plan.job.model, get_catalog()).mtp_layers}")  # fmt: skip
+    if not effective_knobs(plan.job, get_catalog()).compile:
+        notes.append(f"compile: {model.config}'s own setting (the plan was estimated without torch.compile; "
+                     "knobs.compile: true renders --compile.enable)")  # fmt: skip
+    if arch.mtp_layers:
+        notes.append(f"torchtitan's {model.config} builds no multi-token-prediction module; the plan counted {arch.mtp_layers}")
     if plan.job.stack.value != "torchtitan":
         notes.append(f"the plan was estimated for stack {plan.job.stack.value}; set stack: torchtitan to estimate "
                      "torchtitan's own loss, optimizer and gradient-sync settings")  # fmt: skip
@@ -277,7 +271,7 @@ print("TRAINPLAN-CHECK " + json.dumps({
     "activation_checkpoint": type(c.activation_checkpoint).__qualname__,
     "reshard_after_forward": p.fsdp_reshard_after_forward, "cpu_offload": t.enable_cpu_offload,
     "layers_per_stage": p.pipeline_parallel_layers_per_stage, "dump_folder": c.dump_folder,
-    "checkpoint": [c.checkpoint.enable, c.checkpoint.interval],
+    "checkpoint": [c.checkpoint.enable, c.checkpoint.interval], "compile": c.compile.enable,
     "initial_load": [c.checkpoint.initial_load_path, c.checkpoint.initial_load_in_hf, c.hf_assets_path],
 }))
 """
