@@ -186,3 +186,14 @@ def test_every_published_tabular_record_builds_and_estimates() -> None:
         assert e.train_s > 0, rec["id"]
         covered += 1
     assert covered >= 30
+
+
+def test_catboost_depth_beyond_its_limit_is_one_clear_error() -> None:
+    """CatBoost trains symmetric trees up to depth 16; the job says so before anything runs (num_leaves maps to depth)."""
+    from trainplan.errors import SpecError
+
+    with pytest.raises((SpecError, ValueError), match="at most 16 deep"):
+        _job(library="catboost", max_depth=17)
+    with pytest.raises((SpecError, ValueError), match="at most 16 deep"):
+        _job(library="catboost", max_depth=None, num_leaves=2**20)
+    assert _job(library="catboost", max_depth=None, num_leaves=255).depth == 8

@@ -411,6 +411,9 @@ class TabularJob(_JobBase):
     def _depth(self) -> "TabularJob":
         if self.max_depth is not None and self.max_depth > 64:
             raise ValueError(f"max_depth ({self.max_depth}) must be at most 64")
+        if self.library is TabularLibrary.CATBOOST and self.depth > 16:  # CatBoost docs, training parameters: depth <= 16
+            raise ValueError(f"catboost grows symmetric trees at most 16 deep; the job's depth is {self.depth} "
+                             "(max_depth, or log2 of num_leaves)")
         return self
 
     @property

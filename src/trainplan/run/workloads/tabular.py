@@ -286,7 +286,7 @@ def catboost_params(job: TabularJob, classes: int | None, threads: int) -> dict[
     regression = job.objective == "regression"
     return {
         "iterations": job.trees,
-        "depth": job.max_depth or 6,
+        "depth": job.depth,  # the depth the estimate counts (max_depth, else log2 num_leaves, else 6)
         "learning_rate": job.learning_rate,
         "border_count": min(job.max_bins, 65535),
         "thread_count": threads,
