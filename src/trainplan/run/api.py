@@ -36,6 +36,7 @@ from trainplan.run.launch import DEFAULT_MAX_RESTARTS, LaunchSpec, deepspeed_con
 from trainplan.run.predict import FIGURES, Prediction, relative_error
 from trainplan.run.results import Measured, RunStatus, WorkerResult
 from trainplan.run.rundir import RunLock, RunPaths, prepare_run_dir
+from trainplan.run.workloads.checks import check_qlora_strategy
 from trainplan.spec import JobKind, Precision, TabularLibrary, load_job
 from trainplan.strategies import Engine, Strategy
 
@@ -334,6 +335,7 @@ def resolve_config(
             parallel_fits=option.devices,
             threads_per_fit=option.threads_per_process,
         )
+    check_qlora_strategy(job, option.strategy)
     world = option.devices
     dp = world // option.tp  # the tp ranks of a data-parallel group train on the same micro-batches
     micro = job.micro_batch

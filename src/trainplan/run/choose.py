@@ -16,6 +16,7 @@ from typing import Any, Callable
 from trainplan.errors import SpecError
 from trainplan.measure.probe import Accelerator, Hardware
 from trainplan.run.predict import Prediction, predict
+from trainplan.run.workloads.checks import check_qlora_installed, check_qlora_strategy
 from trainplan.spec import JobKind, Precision
 from trainplan.strategies import Engine, Strategy, strategies_for
 
@@ -75,6 +76,7 @@ def check_strategy(strategy: Strategy, devices: int, hw: Hardware, job: Any) -> 
         and getattr(job, "precision", None) is Precision.FP16
     ):
         raise SpecError("fp16 with fsdp is not supported by trainplan run; use bf16", field="precision")
+    check_qlora_strategy(job, strategy)
 
 
 def _threads(hw: Hardware, processes: int) -> int:
@@ -101,6 +103,7 @@ def choose_option(
         raise SpecError(f"this machine has {limit} {_unit(hw)}{'s' if limit != 1 else ''}; got {devices}", field="--devices")
     if job.kind is JobKind.TABULAR:
         return _choose_tabular(job, hw, strategy, devices, predictor)
+    check_qlora_installed(job)
     if strategy is not None:
         chosen = Strategy.parse(strategy)
         n = devices or (1 if not chosen.multi_device_only else _default_processes(hw))

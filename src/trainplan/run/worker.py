@@ -26,7 +26,7 @@ from trainplan.strategies import Strategy
 def run_neural(config: RunConfig, job: Any) -> dict[str, Any] | None:
     """Train a transformer or torch job under the configured strategy; rank 0 returns the result."""
     from trainplan.run import runtime
-    from trainplan.run.workloads.common import optimizer_factory, to_device
+    from trainplan.run.workloads.common import optimizer_factory, parameter_count, to_device
 
     ctx = runtime.init(config)
     if job.kind is JobKind.TRANSFORMER:
@@ -37,8 +37,8 @@ def run_neural(config: RunConfig, job: Any) -> dict[str, Any] | None:
         from trainplan.run.workloads.torchjob import torch_workload
 
         wl = torch_workload(job, world_size=ctx.world_size, micro_batch=config.micro_batch, grad_accum=config.grad_accum)
-    params = sum(p.numel() for p in wl.model.parameters())
-    trainable = sum(p.numel() for p in wl.model.parameters() if p.requires_grad)
+    params = parameter_count(wl.model)
+    trainable = parameter_count(wl.model, trainable=True)
     model, _ = ctx.wrap(wl.model, optimizer_factory(job.optimizer, job.learning_rate), materialize=wl.materialize)
     if wl.load_note is not None:
         ctx.log_event("load", how=wl.load_note)

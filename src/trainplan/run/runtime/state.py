@@ -65,6 +65,19 @@ def _trainer_file(folder: Path, rank: int) -> Path:
     return folder / f"trainer_rank{rank}.pt"
 
 
+def has_quantized_base(module: torch.nn.Module) -> bool:
+    """Whether ``module`` holds 4-bit bitsandbytes weights (QLoRA).  Their packed storage and quantization
+    state are not trained: a checkpoint keeps only the trainable tensors, and a resume loads the base from the
+    pretrained checkpoint again (NF4 quantization is deterministic)."""
+    return any(getattr(p, "quant_state", None) is not None for p in module.parameters())
+
+
+def _is_quant_state(key: str, frozen: set[str]) -> bool:
+    """A key of a 4-bit weight's quantization state (``….weight.absmax``, ``….weight.quant_map`` …)."""
+    parts = key.split(".")
+    return any(".".join(parts[:i]) in frozen for i in range(1, len(parts)))
+
+
 def full_state_dicts(wrapped: Wrapped, *, optimizer: bool = True) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """Collective: full (unsharded) model and optimizer state dicts, on the CPU (torch engines)."""
     from torch.distributed.checkpoint.state_dict import (
@@ -74,8 +87,12 @@ def full_state_dicts(wrapped: Wrapped, *, optimizer: bool = True) -> tuple[dict[
     )
 
     module = wrapped.module
-    opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    quantized = has_quantized_base(module)
+    opts = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=quantized)
     model_sd = get_model_state_dict(module, options=opts)
+    if quantized:  # the 4-bit weights' quantization state rides along as extra state: not trained, not saved
+        frozen = {n for n, p in module.named_parameters() if not p.requires_grad}
+        model_sd = {k: v for k, v in model_sd.items() if not _is_quant_state(k, frozen)}
     optim_sd = get_optimizer_state_dict(module, wrapped.optimizer, options=opts) if optimizer else None
     return model_sd, optim_sd
 
@@ -118,8 +135,15 @@ def restore(ref: CheckpointRef, wrapped: Wrapped, *, rank: int) -> TrainerState:
         )
 
         module = wrapped.module
-        opts = StateDictOptions(full_state_dict=True)
-        set_model_state_dict(module, load_tensor_file(ref.path / "model.pt"), options=opts)
+        quantized = has_quantized_base(module)
+        opts = StateDictOptions(full_state_dict=True, strict=not quantized)
+        keys = set_model_state_dict(module, load_tensor_file(ref.path / "model.pt"), options=opts)
+        if quantized:  # only the frozen base may be missing: it was loaded from the pretrained checkpoint again
+            frozen = {n for n, p in module.named_parameters() if not p.requires_grad}
+            missing = [k for k in keys.missing_keys if k not in frozen and not _is_quant_state(k, frozen)]
+            if missing or keys.unexpected_keys:
+                raise RuntimeError(f"checkpoint {ref.path} does not fit this model: missing {missing[:3]}, "
+                                   f"unexpected {list(keys.unexpected_keys)[:3]}")
         set_optimizer_state_dict(module, wrapped.optimizer, load_tensor_file(ref.path / "optim.pt"), options=opts)
     state = TrainerState.from_file_dict(load_tensor_file(_trainer_file(ref.path, rank)))
     set_rng_state(state.rng)

@@ -40,7 +40,10 @@ def extras(plan: LaunchPlan) -> str:
     """The extras a node needs for this plan."""
     if plan.is_tabular:
         return "tabular"
-    return "torch,deepspeed" if plan.config.deepspeed is not None else "torch"
+    names = ["torch"] + (["deepspeed"] if plan.config.deepspeed is not None else [])
+    if plan.config.job.get("method") == "qlora":
+        names.append("qlora")  # bitsandbytes
+    return ",".join(names)
 
 
 def install_hint(plan: LaunchPlan) -> str:

@@ -6,6 +6,7 @@ Each raises :class:`~trainplan.errors.SpecError` naming the field at fault.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import sys
 from typing import Any, Callable
@@ -47,10 +48,33 @@ def check_supported(job: TransformerJob, arch: ModelArch) -> None:
     except UnsupportedArchitecture as exc:
         raise SpecError(str(exc), field="model") from None
     if job.method is Method.QLORA:
-        raise SpecError("qlora is not supported by trainplan run; use lora or full", field="method")
+        from trainplan.catalog import checkpoint_dir
+
+        if checkpoint_dir(job.model) is None:
+            raise SpecError("qlora quantises a pretrained checkpoint's weights to 4 bit: give model: ./checkpoint "
+                            "(a save_pretrained folder), or method: lora for the job's random-weight model", field="method")  # fmt: skip
     if job.precision is Precision.FP8:
         raise SpecError("trainplan run trains in bf16, fp16 or fp32; fp8 is planned, not run here — launch it with "
                         "torchtitan (--float8) or Transformer Engine, or run with precision: bf16", field="precision")  # fmt: skip
+
+
+#: Strategies a QLoRA run trains with: its 4-bit base is frozen and whole on every process (bitsandbytes'
+#: Params4bit), so data parallel replicates it.  FSDP would need the 4-bit storage in a float type
+#: (bnb_4bit_quant_storage) and DeepSpeed casts the module it wraps — neither is run here.
+QLORA_STRATEGIES = ("single", "ddp")
+
+
+def check_qlora_strategy(job: Any, strategy: Any) -> None:
+    """A QLoRA job trains single or DDP (QLORA_STRATEGIES)."""
+    if getattr(job, "method", None) is Method.QLORA and strategy.value not in QLORA_STRATEGIES:
+        raise SpecError(f"qlora runs single or ddp (its 4-bit base is replicated); got {strategy.value} — "
+                        "use --strategy ddp, or method: lora", field="--strategy")  # fmt: skip
+
+
+def check_qlora_installed(job: Any) -> None:
+    """A QLoRA job that runs on this machine needs bitsandbytes here."""
+    if getattr(job, "method", None) is Method.QLORA and importlib.util.find_spec("bitsandbytes") is None:
+        raise SpecError("qlora needs bitsandbytes: pip install 'trainplan[qlora]'", field="method")
 
 
 def import_callable(path: str, *, field: str) -> Callable[..., Any]:

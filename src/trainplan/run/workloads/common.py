@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -10,6 +11,18 @@ import torch
 
 from trainplan.run.workloads.checks import check_optimizer
 from trainplan.spec import Optimizer
+
+
+def parameter_count(model: torch.nn.Module, *, trainable: bool = False) -> int:
+    """Parameters of ``model`` as the model counts them: a 4-bit bitsandbytes weight (QLoRA) packs two values
+    per byte, so its element count is read from its quantization state's shape, not from the packed tensor."""
+    total = 0
+    for p in model.parameters():
+        if trainable and not p.requires_grad:
+            continue
+        state = getattr(p, "quant_state", None)
+        total += math.prod(state.shape) if state is not None else p.numel()
+    return total
 
 
 @dataclass(frozen=True)

@@ -101,12 +101,30 @@ def inspect_checkpoint(path: Path, *, expected_params: int | tuple[int, ...] | N
 # --------------------------------------------------------------------------- loading in a worker
 
 
-def load_full(path: Path, dtype: torch.dtype) -> torch.nn.Module:
-    """The whole model from its safetensors, on the CPU; missing or unexpected tensors fail loudly."""
+def quantization_config(compute_dtype: torch.dtype) -> Any:
+    """QLoRA's storage of the frozen linear weights (Dettmers et al. 2023, "QLoRA", Sec. 3): 4-bit NormalFloat with
+    double quantization of the block scales, de-quantized to ``compute_dtype`` for each matmul — what the estimate
+    counts (``QLORA_BITS_PER_PARAM``).  bitsandbytes quantizes each ``nn.Linear`` but the output head."""
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                              bnb_4bit_compute_dtype=compute_dtype)
+
+
+def load_full(path: Path, dtype: torch.dtype, *, quantize_on: torch.device | None = None,
+              compute_dtype: torch.dtype | None = None) -> torch.nn.Module:
+    """The whole model from its safetensors, on the CPU; missing or unexpected tensors fail loudly.
+
+    ``quantize_on``: QLoRA — the linear weights are stored in 4 bit on that device (bitsandbytes quantizes
+    as it places them); the other parameters keep ``dtype``."""
     from transformers import AutoModelForCausalLM
 
+    quantized: dict[str, Any] = {}
+    if quantize_on is not None:
+        quantized = dict(quantization_config=quantization_config(compute_dtype or dtype),
+                         device_map={"": str(quantize_on)})
     model, info = AutoModelForCausalLM.from_pretrained(
-        str(path), dtype=dtype, attn_implementation="sdpa", output_loading_info=True
+        str(path), dtype=dtype, attn_implementation="sdpa", output_loading_info=True, **quantized
     )
     missing = info.get("missing_keys") or []
     unexpected = info.get("unexpected_keys") or []
@@ -256,8 +274,15 @@ def save_final(state: dict[str, torch.Tensor], checkpoint: Path, out: Path, *, l
 
         model = get_peft_model(model, LoraConfig(r=lora.rank, lora_alpha=lora.alpha or 2 * lora.rank,
                                                  target_modules=lora_targets))
+    if lora is not None:
+        # only the adapter is saved: the base stays the checkpoint's (a QLoRA base is held in 4 bit, which
+        # an adapter is not saved against — it loads onto the checkpoint, quantized again or not)
+        adapter = {k for k in model.state_dict() if ".lora_" in k}
+        state = {k: v for k, v in state.items() if k in adapter}
+        if set(state) != adapter:
+            raise RuntimeError(f"the trained state lacks adapter tensors: {sorted(adapter - set(state))[:3]}")
     dtype = next(iter(state.values())).dtype
-    model.load_state_dict(state, strict=True, assign=True)
+    model.load_state_dict(state, strict=lora is None, assign=True)
     if hasattr(model, "tie_weights"):
         model.tie_weights()
     if lora is None:

@@ -25,7 +25,7 @@ import torch
 
 from trainplan.errors import SpecError
 from trainplan.run.workloads.checks import check_supported, resolve_arch
-from trainplan.run.workloads.common import NeuralWorkload, batch_generator
+from trainplan.run.workloads.common import NeuralWorkload, batch_generator, parameter_count
 from trainplan.model import ModelArch
 from trainplan.run.config import RunConfig
 from trainplan.strategies import Engine
@@ -106,7 +106,7 @@ def flops_per_token(model: torch.nn.Module, arch: ModelArch, seq_len: int) -> fl
     input embeddings (and learned position embeddings); a tied output head
     still multiplies, so it is counted.
     """
-    total = sum(p.numel() for p in model.parameters())
+    total = parameter_count(model)
     embeddings = arch.vocab * arch.hidden
     if arch.position == "learned":
         embeddings += max(seq_len, arch.max_seq_len or 0) * arch.hidden
@@ -152,8 +152,21 @@ def pretrained_workload(job: TransformerJob, checkpoint: Path, config: RunConfig
     elif config.strategy.engine is Engine.DEEPSPEED and config.strategy.shards_parameters and config.deepspeed:
         model = finish_model(pretrained.load_partitioned(checkpoint, dtype, config.deepspeed), job, arch)
         note = "partitioned as created (deepspeed.zero.Init)"
+    elif job.method is Method.QLORA:  # single or DDP (checks.QLORA_STRATEGIES): the 4-bit base whole on each rank
+        from trainplan.run.runtime.process import ProcessInfo, choose_device
+
+        device = choose_device(config.accelerator, ProcessInfo.from_env().local_rank)
+        model = finish_model(pretrained.load_full(checkpoint, dtype, quantize_on=device), job, arch)
+        for module in model.modules():
+            if getattr(module, "support_avx512bf16_for_cpu", False):
+                # bitsandbytes (0.48+) repacks a CPU weight for its bf16 inference kernel at the first forward in
+                # eval mode without gradients — in place, for good: the eval loss would change the training that
+                # follows it.  One kernel (de-quantize, then matmul in the compute dtype) for both.
+                module.support_avx512bf16_for_cpu = False
+        note = f"whole on every rank, linear weights quantized to 4-bit NF4 on {device.type} (bitsandbytes)"
     else:
         model = finish_model(pretrained.load_full(checkpoint, dtype), job, arch)
+    model.train()  # from_pretrained returns a model in eval mode: dropout trains as the Trainer trains it
     train, evaluation = textdata.read_cache(out)
     sampler = textdata.RowSampler(train, seed=job.seed, world_size=config.world_size,
                                   micro_batch=config.micro_batch, grad_accum=config.grad_accum)
