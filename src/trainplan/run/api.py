@@ -32,7 +32,7 @@ from trainplan.measure.calibration import Calibration, record_calibration
 from trainplan.measure.probe import Accelerator, Hardware, probe_hardware
 from trainplan.run.choose import Option, choose_option
 from trainplan.run.config import RunConfig
-from trainplan.run.launch import DEFAULT_MAX_RESTARTS, LaunchSpec, deepspeed_config, render, submit
+from trainplan.run.launch import DEFAULT_MAX_RESTARTS, LaunchSpec, WarmWorker, deepspeed_config, render, submit
 from trainplan.run.predict import FIGURES, Prediction, relative_error
 from trainplan.run.results import Measured, RunStatus, WorkerResult
 from trainplan.run.rundir import RunLock, RunPaths, prepare_run_dir
@@ -256,8 +256,10 @@ def check_pretrained(job: Any, arch: Any) -> None:
 TokenizeProgress = Callable[[int, int], None]
 
 
-def prepare_data(job: Any, request: RunRequest, progress: TokenizeProgress | None) -> Any:
-    """Tokenize a pretrained job's data (None when the run directory's cache already holds it, or no checkpoint)."""
+def prepare_data(job: Any, request: RunRequest, progress: TokenizeProgress | None,
+                 before: Callable[[], None] | None = None) -> Any:
+    """Tokenize a pretrained job's data (None when the run directory's cache already holds it, or no checkpoint);
+    ``before`` is called first when it does (``trainplan run`` starts its worker's imports then)."""
     from trainplan.run.workloads import textdata
     from trainplan.catalog import checkpoint_dir as checkpoint_path
 
@@ -271,6 +273,8 @@ def prepare_data(job: Any, request: RunRequest, progress: TokenizeProgress | Non
             raise SpecError("the data, its format or the tokenizer changed since the run started; "
                             "start a new run (--out elsewhere, or --overwrite)", field="--resume")
         return None
+    if before is not None:
+        before()
     return textdata.prepare(checkpoint, data, job.data_format, job.seq_len, job.seed, progress)
 
 
@@ -488,12 +492,14 @@ def tabular_ns_per_cell(job: Any, result: WorkerResult) -> float | None:
 
 
 def plan_launch(
-    request: RunRequest, *, tokenize_progress: TokenizeProgress | None = None
+    request: RunRequest, *, tokenize_progress: TokenizeProgress | None = None, warm: WarmWorker | None = None
 ) -> tuple[Any, Hardware, Option, RunPaths, RunConfig, LaunchSpec]:
-    """Everything up to (not including) the launch: checks, data, choice, run directory, rendered command."""
+    """Everything up to (not including) the launch: checks, data, choice, run directory, rendered command.
+
+    ``warm`` is started when the data is tokenized here (the worker then imports while this process tokenizes)."""
     job = apply_overrides(load_request_job(request), request.steps)
     job_for_prediction = check_job(job, request.script)
-    prepared = prepare_data(job, request, tokenize_progress)
+    prepared = prepare_data(job, request, tokenize_progress, warm.start if warm is not None else None)
     hw = probe_hardware(use_gpus=job.kind is not JobKind.TABULAR)
     strategy, devices = request.strategy, request.devices
     previous = _previous_config(request)
@@ -575,16 +581,23 @@ def execute(
     trains (the CLI passes :class:`trainplan.cli.progress.ProgressView`); None shows nothing.
     ``tokenize_progress`` is called while a pretrained job's data is tokenized.
     """
-    job, hw, option, paths, config, spec = plan_launch(request, tokenize_progress=tokenize_progress)
+    warm = WarmWorker()
     try:
-        return _execute(request, job, hw, option, paths, config, spec, progress, on_planned)
+        job, hw, option, paths, config, spec = plan_launch(request, tokenize_progress=tokenize_progress, warm=warm)
+    except BaseException:
+        warm.discard()
+        raise
+    try:
+        return _execute(request, job, hw, option, paths, config, spec, progress, on_planned, warm)
     finally:
+        warm.discard()
         release_lock(paths.root)
 
 
 def _execute(request: RunRequest, job: Any, hw: Hardware, option: Option, paths: RunPaths, config: RunConfig,
              spec: LaunchSpec, progress: ProgressFactory | None,
-             on_planned: Callable[[Option, RunConfig, LaunchSpec], None] | None) -> RunSummary:
+             on_planned: Callable[[Option, RunConfig, LaunchSpec], None] | None,
+             warm: WarmWorker | None = None) -> RunSummary:
     if on_planned is not None:
         on_planned(option, config, spec)
     paths.result.unlink(missing_ok=True)
@@ -594,7 +607,7 @@ def _execute(request: RunRequest, job: Any, hw: Hardware, option: Option, paths:
         view = progress(paths.metrics, config.total_steps, label)
     started = time.perf_counter()
     try:
-        rc = submit(spec, log_path=paths.log, poll=view.refresh if view else None)
+        rc = submit(spec, log_path=paths.log, poll=view.refresh if view else None, warm=warm)
     finally:
         if view is not None:
             view.close()

@@ -194,19 +194,89 @@ def _term_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
 
 
+WORKER_MODULE = "trainplan.run.worker"
+
+
+class WarmWorker:
+    """A worker interpreter started early, importing torch and transformers while this process still prepares
+    the run (a pretrained job's tokenization imports them here too: about 2 s of start-up each).
+
+    ``python -m trainplan.run.worker --warm`` imports, then waits for one JSON line on its stdin — the run's
+    arguments, environment, working directory and log — and runs as the worker :func:`render` names; a closed
+    stdin makes it exit.  Only a one-process launch (``single``: no torchrun) is handed to it; anything else,
+    or a warm worker that died, falls back to a fresh process.  It is started like any worker: its own session,
+    SIGTERM when this launcher dies (PR_SET_PDEATHSIG)."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        if self.proc is not None:
+            return
+        self.proc = subprocess.Popen(
+            [_python(), "-m", WORKER_MODULE, "--warm"],
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_term_with_parent if sys.platform.startswith("linux") else None,
+        )
+
+    def take(self, spec: LaunchSpec, log_path: Path) -> subprocess.Popen[bytes] | None:
+        """Hand ``spec`` to the warm worker; None (and the warm worker gone) when it cannot run it."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return None
+        one_process = spec.argv[:3] == [_python(), "-m", WORKER_MODULE] and len(spec.argv) == 4
+        if one_process and proc.poll() is None and proc.stdin is not None:
+            order = {"args": spec.argv[3:], "env": spec.env, "cwd": str(spec.cwd or Path.cwd()), "log": str(log_path)}
+            try:
+                import json
+
+                proc.stdin.write((json.dumps(order) + "\n").encode())
+                proc.stdin.close()
+                return proc
+            except (BrokenPipeError, OSError):
+                pass
+        _close(proc)
+        return None
+
+    def discard(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            _close(proc)
+
+
+def _close(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a warm worker that will not be used: a closed stdin ends it; one that does not end is killed."""
+    try:
+        if proc.stdin is not None:
+            proc.stdin.close()
+    except OSError:
+        pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        with_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def submit(
     spec: LaunchSpec,
     *,
     log_path: Path,
     poll: Callable[[], None] | None = None,
     poll_interval_s: float = 0.25,
+    warm: WarmWorker | None = None,
 ) -> int:
     """Write ``spec.files``, run ``spec.argv``, wait; returns the exit code.
 
     Output goes to ``log_path``.  SIGTERM or SIGINT to this process is passed
     on to the child as SIGTERM (the workers checkpoint and stop); a second
     SIGINT kills the child's process group.  ``poll`` is called every
-    ``poll_interval_s`` while waiting (progress display).
+    ``poll_interval_s`` while waiting (progress display).  ``warm``: a worker started early
+    (:class:`WarmWorker`) runs the command when it is one plain worker process.
     """
     for path, content in spec.files.items():
         write_text_atomic(Path(path), content)
@@ -215,16 +285,18 @@ def submit(
     with open(log_path, "ab") as log:
         log.write(f"$ {spec.describe()}\n".encode())
         log.flush()
-        proc = subprocess.Popen(
-            spec.argv,
-            env=env,
-            cwd=spec.cwd,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,  # Ctrl-C reaches us, not the workers; we forward it as SIGTERM
-            preexec_fn=_term_with_parent if sys.platform.startswith("linux") else None,
-        )
+        proc = warm.take(spec, log_path) if warm is not None else None
+        if proc is None:
+            proc = subprocess.Popen(
+                spec.argv,
+                env=env,
+                cwd=spec.cwd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # Ctrl-C reaches us, not the workers; we forward it as SIGTERM
+                preexec_fn=_term_with_parent if sys.platform.startswith("linux") else None,
+            )
         interrupts = 0
 
         def forward(signum: int, frame: Any) -> None:

@@ -121,8 +121,36 @@ def run_tabular(config: RunConfig, job: Any) -> WorkerResult:
     return result
 
 
+def warm_start() -> list[str] | None:
+    """``--warm`` (:class:`trainplan.run.launch.WarmWorker`): import what a fine-tune needs, then wait for the launch
+    on stdin — one JSON line of arguments, environment, working directory and log.  None when stdin closes first."""
+    import json
+
+    import transformers.modeling_utils  # noqa: F401 - torch and the model classes' base: most of the start-up
+
+    from trainplan.run import runtime  # noqa: F401
+    from trainplan.run.workloads import transformer  # noqa: F401
+
+    line = sys.stdin.readline()
+    if not line.strip():
+        return None
+    order = json.loads(line)
+    os.environ.update(order["env"])
+    os.chdir(order["cwd"])
+    fd = os.open(order["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(fd, 1)  # from here on, what a worker started by render() writes goes to the run's log
+    os.dup2(fd, 2)
+    os.close(fd)
+    return list(order["args"])
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["--warm"]:
+        warm = warm_start()
+        if warm is None:
+            return 0
+        args = warm
     args = [a for a in args if not a.startswith("--local_rank")]  # the deepspeed launcher adds it
     config = RunConfig.read(args[0]) if args else RunConfig.from_env()
     if config is None:
