@@ -7,8 +7,6 @@ from typing import Annotated, Optional
 
 import typer
 
-from trainplan.report.html import write_report, written_by_trainplan
-
 
 def report_command(
     source: Annotated[Path, typer.Argument(metavar="JOB.yaml|RUN_DIR", help="A job file, or a run directory of `trainplan run`.")],
@@ -16,6 +14,8 @@ def report_command(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace --out even if trainplan did not write it.", metavar="")] = False,
 ) -> None:
     """Write an HTML report (job, ranked options, memory and time/cost plots, run curves) that opens offline."""
+    from trainplan.report.html import write_report, written_by_trainplan  # here: other commands start faster
+
     target = out or Path("report.html")
     if target.exists() and target.is_dir():
         from trainplan.errors import TrainplanError

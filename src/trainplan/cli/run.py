@@ -14,17 +14,19 @@ import json
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from trainplan.cli.progress import ProgressView, TokenizeView
-from trainplan.run.api import RunRequest, RunSummary, execute
-from trainplan.run.choose import Option
-from trainplan.run.config import RunConfig
-from trainplan.run.launch import LaunchSpec
+
+if TYPE_CHECKING:
+    from trainplan.run.api import RunSummary
+    from trainplan.run.choose import Option
+    from trainplan.run.config import RunConfig
+    from trainplan.run.launch import LaunchSpec
 
 
 def _fmt(value: float | None, key: str) -> str:
@@ -96,6 +98,8 @@ def run_command(
         from trainplan.errors import SpecError
 
         raise SpecError("give a job file, or --script PATH to run your own script", field="JOB")
+    from trainplan.run.api import RunRequest, execute  # imported by the command that uses it: `plan` starts faster
+
     request = RunRequest(
         job_path=job,
         out=out or _default_out(named),
