@@ -16,7 +16,7 @@ from typing import Any, Callable
 from trainplan.errors import SpecError
 from trainplan.measure.probe import Accelerator, Hardware
 from trainplan.run.predict import Prediction, predict
-from trainplan.run.workloads.checks import check_qlora_installed, check_qlora_strategy
+from trainplan.run.workloads.checks import check_qlora_strategy
 from trainplan.spec import JobKind, Precision
 from trainplan.strategies import Engine, Strategy, strategies_for
 
@@ -103,7 +103,6 @@ def choose_option(
         raise SpecError(f"this machine has {limit} {_unit(hw)}{'s' if limit != 1 else ''}; got {devices}", field="--devices")
     if job.kind is JobKind.TABULAR:
         return _choose_tabular(job, hw, strategy, devices, predictor)
-    check_qlora_installed(job)
     if strategy is not None:
         chosen = Strategy.parse(strategy)
         n = devices or (1 if not chosen.multi_device_only else _default_processes(hw))
