@@ -37,7 +37,7 @@ from trainplan.run.predict import FIGURES, Prediction, relative_error
 from trainplan.run.results import Measured, RunStatus, WorkerResult
 from trainplan.run.rundir import RunLock, RunPaths, prepare_run_dir
 from trainplan.run.workloads.checks import check_qlora_installed, check_qlora_strategy
-from trainplan.spec import JobKind, Precision, TabularLibrary, load_job
+from trainplan.spec import JobKind, Method, Precision, TabularLibrary, load_job
 from trainplan.strategies import Engine, Strategy
 
 #: Exit code of a run stopped by SIGTERM after writing a checkpoint (EX_TEMPFAIL, sysexits.h: retry later).
@@ -500,7 +500,7 @@ def plan_launch(
     job = apply_overrides(load_request_job(request), request.steps)
     job_for_prediction = check_job(job, request.script)
     check_qlora_installed(job)  # here, not in check_job: a launch render runs it on nodes that install the extra
-    if request.strategy is not None and getattr(job, "method", None) is not None:
+    if request.strategy is not None and getattr(job, "method", None) is Method.QLORA:
         check_qlora_strategy(job, Strategy.parse(request.strategy))  # before the data is tokenized
     prepared = prepare_data(job, request, tokenize_progress, warm.start if warm is not None else None)
     hw = probe_hardware(use_gpus=job.kind is not JobKind.TABULAR)
