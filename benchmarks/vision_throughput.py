@@ -37,7 +37,11 @@ CASES = [
     ("timm-vitl16-rtx3090-amp", "vit-l-16", 224, "RTX3090", "fp16", 64, ("images_per_s_per_gpu",), {"optimizer": "sgd"}),
     ("fastdit-xl2-256-a100-amp-gc-preextract", "dit-xl-2", 256, "A100-80GB", "fp16", 128, ("images_per_s_per_gpu",),
      {"activation_checkpointing": "full"}),
+    # fast-DiT's train.py (from DiT's) sets torch.backends.cuda.matmul.allow_tf32 = True: knobs.tf32_matmul; its
+    # TF32-disabled log is the same run with plain fp32 matmuls
     ("fastdit-xl2-256-a100-tf32-gc", "dit-xl-2", 256, "A100-80GB", "fp32", 128, ("images_per_s_per_gpu",),
+     {"activation_checkpointing": "full", "knobs": {"tf32_matmul": True}}),
+    ("fastdit-xl2-256-a100-tf32-gc", "dit-xl-2", 256, "A100-80GB", "fp32", 128, ("tf32_disabled_images_per_s_per_gpu",),
      {"activation_checkpointing": "full"}),
     ("opensora-dit-xl2-256-8xh800", "dit-xl-2", 256, "H100-80GB", "bf16", 128, ("images_per_s_per_gpu",), {}),
     ("mosaic-sd2-unet-512-8xa100", "sd15-unet", 512, "A100-80GB", "fp16", 16, ("images_per_s_per_gpu",), {}),
@@ -66,7 +70,8 @@ def main() -> int:
         err = pred / pub - 1
         errors.append(abs(err))
         mfu = f"{est.mfu:.0%}" if est.mfu else "–"
-        print(f"| {rid} | {model} | {gpu} | {precision} | {batch} | {pred:.1f} | {pub:.1f} | {err:+.0%} | {mfu} | "
+        shown = rid + (" (its TF32-disabled log)" if path[-1].startswith("tf32_disabled") else "")
+        print(f"| {shown} | {model} | {gpu} | {precision} | {batch} | {pred:.1f} | {pub:.1f} | {err:+.0%} | {mfu} | "
               f"{'yes' if est.fits else 'no'} |")
     within = sum(e <= 0.25 for e in errors)
     print(f"\nmedian |err| {statistics.median(errors):.0%}; within 25%: {within}/{len(errors)}")

@@ -34,6 +34,7 @@ KNOB_TYPES: dict[str, type | tuple[type, ...]] = {
     "frozen_weights_fp32": bool,
     "loss_upcast": bool,
     "qlora_fp32_params": bool,
+    "tf32_matmul": bool,
     "fused_kernels": str,
 }
 KNOB_VALUES = {

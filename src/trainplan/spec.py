@@ -148,6 +148,9 @@ class StackKnobs(BaseModel):
     loss_upcast: bool | None = None  # the loss up-casts 16-bit logits to fp32 even without autocast
     qlora_fp32_params: bool | None = None  # QLoRA: unquantised parameters cast to fp32 (PEFT prepare_model_for_kbit_training)
     fused_kernels: FusedKernels | None = None  # Liger / Unsloth Triton kernels in place of eager norms and MLP
+    # fp32 matmuls on TF32 tensor cores (torch.backends.cuda.matmul.allow_tf32 = True, or
+    # torch.set_float32_matmul_precision("high")); PyTorch leaves it off by default since 1.12
+    tf32_matmul: bool | None = None
 
 
 class TabularLibrary(str, Enum):

@@ -232,3 +232,38 @@ def test_autocast_casts_are_priced_where_the_weights_are_fp32() -> None:
     zero2 = estimate_transformer(job, hw, Strategy.ZERO2, cat).time_breakdown["compute_s"]
     assert ddp - zero2 == pytest.approx((split.amp_forward + split.amp_backward) / bw)  # one micro-step
     assert estimate_transformer(job, hw, Strategy.FSDP, cat).time_breakdown["compute_s"] == pytest.approx(zero2)
+
+
+def test_tf32_matmul_knob_prices_fp32_matmuls_at_the_tf32_peak_where_there_is_one() -> None:
+    """PyTorch runs fp32 matmuls on the fp32 units unless the code sets allow_tf32 (knobs.tf32_matmul): on an A100
+    the knob moves the matmuls from the 19.5 to the 156 TFLOP/s peak; a V100 has no TF32 units; a bf16 job's
+    matmuls are 16-bit either way."""
+    cat = get_catalog()
+    a100 = hardware_for_gpu(find_accelerator("A100-80GB", cat), cat, gpus=1)
+    v100 = hardware_for_gpu(find_accelerator("V100-32GB", cat), cat, gpus=1)
+
+    def step(hw, precision: str, tf32: bool | None) -> float:
+        knobs = {} if tf32 is None else {"knobs": {"tf32_matmul": tf32}}
+        return estimate_transformer(_job(precision=precision, **knobs), hw, Strategy.SINGLE, cat).step_time_s
+
+    off, on = step(a100, "fp32", None), step(a100, "fp32", True)
+    assert on < off / 3  # matmuls dominate a 125M model's step: most of 156 / 19.5 = 8x shows
+    assert step(a100, "fp32", False) == off
+    assert step(v100, "fp32", True) == step(v100, "fp32", None)
+    assert step(a100, "bf16", True) == step(a100, "bf16", None)
+
+
+def test_a_run_with_the_tf32_knob_switches_pytorch_to_tf32_matmuls() -> None:
+    import torch
+
+    from trainplan.run.worker import allow_tf32_matmul
+
+    before = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        assert not allow_tf32_matmul(_job(precision="fp32"))
+        assert torch.backends.cuda.matmul.allow_tf32 is False
+        assert allow_tf32_matmul(_job(precision="fp32", knobs={"tf32_matmul": True}))
+        assert torch.backends.cuda.matmul.allow_tf32 is True
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before

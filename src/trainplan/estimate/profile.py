@@ -110,6 +110,7 @@ class StepProfile:
     # the job's PyTorch optimizer is the default multi-tensor (foreach) one, not a fused kernel nor one stepping inside
     # backward (the stack's knobs, catalog/data/stacks.yaml): its step moves more bytes (steptime.optimizer_bytes_touched)
     foreach_optimizer: bool = False
+    tf32_matmul: bool = False  # fp32 matmuls on TF32 tensor cores (knobs.tf32_matmul)
 
     # Names the tests and reports know from the trace result.
     @property

@@ -58,7 +58,7 @@ def _model(value: Any) -> Any:
 STACK_BY_SOURCE = {"llmfoundry": "llm-foundry", "torchtune": "torchtune", "litgpt": "litgpt"}
 KNOB_KEYS = ("loss", "loss_chunks", "loss_chunk_tokens", "compile", "optimizer_in_backward", "activation_offloading",
              "fused_optimizer", "paged_optimizer", "unsharded_accumulation", "frozen_weight_gradients",
-             "frozen_weights_fp32", "loss_upcast", "fused_kernels", "qlora_fp32_params")  # fmt: skip
+             "frozen_weights_fp32", "loss_upcast", "fused_kernels", "qlora_fp32_params", "tf32_matmul")  # fmt: skip
 
 
 def record_stack(rec: dict[str, Any]) -> str:

@@ -21,7 +21,7 @@ from trainplan.strategies import Engine
 
 KNOB_NAMES = ("loss", "loss_chunks", "loss_chunk_tokens", "compile", "optimizer_in_backward", "activation_offloading",
               "fused_optimizer", "paged_optimizer", "unsharded_accumulation", "frozen_weight_gradients",
-              "frozen_weights_fp32", "loss_upcast", "fused_kernels", "qlora_fp32_params")  # fmt: skip
+              "frozen_weights_fp32", "loss_upcast", "fused_kernels", "qlora_fp32_params", "tf32_matmul")  # fmt: skip
 _ENUMS = (LossImpl, FusedKernels)
 
 
@@ -43,6 +43,7 @@ class Knobs:
     loss_upcast: bool = True  # the loss up-casts 16-bit logits to fp32 (without autocast too)
     qlora_fp32_params: bool = False  # QLoRA: the unquantised parameters are cast to fp32 (PEFT)
     fused_kernels: FusedKernels = FusedKernels.NONE
+    tf32_matmul: bool = False  # fp32 matmuls on TF32 tensor cores (off in PyTorch by default)
     engines: tuple[Engine, ...] = (Engine.TORCH, Engine.FSDP, Engine.DEEPSPEED)
     notes: tuple[str, ...] = ()  # which explicit knob overrode which stack default
 
@@ -107,6 +108,7 @@ def effective_knobs(job: TorchJob | TransformerJob, catalog: Catalog) -> Knobs:
         loss_upcast=bool(merged.get("loss_upcast", True)),
         qlora_fp32_params=bool(merged.get("qlora_fp32_params", False)),
         fused_kernels=kernels,
+        tf32_matmul=bool(merged.get("tf32_matmul", False)),
         engines=tuple(Engine(e) for e in entry.get("engines", [e.value for e in Engine])),
         notes=tuple(notes),
     )

@@ -113,6 +113,7 @@ def step_time(
     adafactor_elems_per_param: float = 0.0,
     split: KernelSplit | None = None,
     foreach_optimizer: bool = False,
+    tf32_matmul: bool = False,
 ) -> StepTime:
     """Seconds per optimizer step on ``hw`` with ``strategy``.
 
@@ -136,10 +137,11 @@ def step_time(
         return StepTime(float("inf"), None, {}, f"{acc.id if acc else 'CPU'} has no published peak for {dtype}")
     layout = hw.layout
     n = layout.world_size
-    if split is not None and dtype == "fp32" and acc.peak_fp32_tflops:
+    if split is not None and dtype == "fp32" and acc.peak_fp32_tflops and not tf32_matmul:
         # a transformer's fp32 matmuls run on the plain fp32 units: PyTorch leaves TF32 off for matmuls unless asked
         # (torch.backends.cuda.matmul.allow_tf32 is False by default since 1.12, "TensorFloat-32 (TF32) on Ampere
-        # (and later) devices" in PyTorch's CUDA semantics notes); cuDNN convolutions do use it (traced profiles)
+        # (and later) devices" in PyTorch's CUDA semantics notes); cuDNN convolutions do use it (traced profiles).
+        # knobs.tf32_matmul: the job's code asks for it, so they run at the TF32 peak (peak_tflops("fp32"))
         peak = acc.peak_fp32_tflops * 1e12
     if split is None:
         t_fwd = flops_forward / (peak * efficiency)
@@ -217,6 +219,7 @@ def parallel_step_time(
     adafactor_elems_per_param: float = 0.0,
     split: KernelSplit | None = None,
     foreach_optimizer: bool = False,
+    tf32_matmul: bool = False,
 ) -> StepTime:
     """Seconds per optimizer step of a tensor / pipeline / context / expert parallel layout.
 
@@ -252,7 +255,7 @@ def parallel_step_time(
                      flops_backward=scale * flops_backward, flops_model=scale * flops_model,
                      trainable_params=trainable_local, total_params=trainable_local, efficiency=efficiency,
                      adafactor_elems_per_param=adafactor_elems_per_param, split=kernels,
-                     foreach_optimizer=foreach_optimizer)  # fmt: skip
+                     foreach_optimizer=foreach_optimizer, tf32_matmul=tf32_matmul)  # fmt: skip
     if base.reason:
         return base
     try:

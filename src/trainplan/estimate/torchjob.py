@@ -148,6 +148,7 @@ def profile_from_trace(job: TorchJob | TransformerJob, result: Any, largest: int
         engines=k.engines,
         stack=k.stack.value,
         foreach_optimizer=foreach_optimizer,
+        tf32_matmul=k.tf32_matmul,
         trace=summary,
         eager=EagerOps(ops=float(result.ops_step), memory_bytes=float(result.memory_bytes_step),
                        optimizer_ops=float(result.ops_optimizer),

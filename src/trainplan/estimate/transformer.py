@@ -456,6 +456,7 @@ def transformer_profile(job: TransformerJob, catalog: Catalog | None = None, *, 
         stack=job.stack.value,
         split=model_split(job, m, knobs),
         foreach_optimizer=foreach_optimizer,
+        tf32_matmul=knobs.tf32_matmul,
     )
 
 

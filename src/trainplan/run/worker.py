@@ -23,12 +23,26 @@ from trainplan.spec import JobKind, Precision
 from trainplan.strategies import Strategy
 
 
+def allow_tf32_matmul(job: Any) -> bool:
+    """``knobs.tf32_matmul``: fp32 matmuls on TF32 tensor cores, as the estimate then prices them (PyTorch's
+    ``torch.backends.cuda.matmul.allow_tf32``, off by default; cuDNN convolutions use TF32 already).  Returns
+    whether it was switched on."""
+    knobs = getattr(job, "knobs", None)
+    if knobs is None or not knobs.tf32_matmul:
+        return False
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = True
+    return True
+
+
 def run_neural(config: RunConfig, job: Any) -> dict[str, Any] | None:
     """Train a transformer or torch job under the configured strategy; rank 0 returns the result."""
     from trainplan.run import runtime
     from trainplan.run.workloads.common import optimizer_factory, parameter_count, to_device
 
     ctx = runtime.init(config)
+    allow_tf32_matmul(job)
     if job.kind is JobKind.TRANSFORMER:
         from trainplan.run.workloads.transformer import transformer_workload
 
