@@ -155,3 +155,20 @@ def test_a_rendered_qlora_launch_installs_bitsandbytes_and_refuses_sharding(tmp_
     with pytest.raises(SpecError) as err:
         render_to(spec, "slurm", tmp_path / "fsdp", gpu="A100-80GB", gpus=2, strategy="fsdp", options={"partition": "gpu"})
     assert err.value.field == "--strategy"
+
+
+def test_qlora_fp32_params_casts_what_peft_casts_and_leaves_the_4bit_weights(ckpt) -> None:
+    """knobs.qlora_fp32_params (hf-trainer, accelerate, deepspeed stacks): the run casts the unquantised 16-bit
+    parameters to fp32 as PEFT's prepare_model_for_kbit_training does, as the estimate counts them."""
+    from trainplan.run.workloads.pretrained import cast_unquantized_to_fp32, load_full
+
+    model = load_full(ckpt, torch.bfloat16, quantize_on=torch.device("cpu"))
+    packed = {n: p.data.clone() for n, p in model.named_parameters() if p.dtype == torch.uint8}
+    assert packed and any(p.dtype == torch.bfloat16 for p in model.parameters())
+    cast = cast_unquantized_to_fp32(model)
+    assert cast == sum(1 for n, p in model.named_parameters() if n not in packed)
+    for name, param in model.named_parameters():
+        if name in packed:
+            assert param.dtype == torch.uint8 and torch.equal(param.data, packed[name])
+        else:
+            assert param.dtype == torch.float32, name

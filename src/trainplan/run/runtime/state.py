@@ -72,10 +72,16 @@ def has_quantized_base(module: torch.nn.Module) -> bool:
     return any(getattr(p, "quant_state", None) is not None for p in module.parameters())
 
 
-def _is_quant_state(key: str, frozen: set[str]) -> bool:
-    """A key of a 4-bit weight's quantization state (``….weight.absmax``, ``….weight.quant_map`` …)."""
-    parts = key.split(".")
-    return any(".".join(parts[:i]) in frozen for i in range(1, len(parts)))
+def _frozen_keys(module: torch.nn.Module) -> Callable[[str], bool]:
+    """Whether a state-dict key belongs to a frozen parameter of ``module``: the parameter itself or a 4-bit
+    weight's quantization state riding on it (``….weight.absmax``, ``….weight.quant_map`` …)."""
+    frozen = {n for n, p in module.named_parameters() if not p.requires_grad}
+
+    def test(key: str) -> bool:
+        parts = key.split(".")
+        return any(".".join(parts[:i]) in frozen for i in range(1, len(parts) + 1))
+
+    return test
 
 
 def full_state_dicts(wrapped: Wrapped, *, optimizer: bool = True) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -91,8 +97,8 @@ def full_state_dicts(wrapped: Wrapped, *, optimizer: bool = True) -> tuple[dict[
     opts = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=quantized)
     model_sd = get_model_state_dict(module, options=opts)
     if quantized:  # the 4-bit weights' quantization state rides along as extra state: not trained, not saved
-        frozen = {n for n, p in module.named_parameters() if not p.requires_grad}
-        model_sd = {k: v for k, v in model_sd.items() if not _is_quant_state(k, frozen)}
+        frozen = _frozen_keys(module)
+        model_sd = {k: v for k, v in model_sd.items() if not frozen(k)}
     optim_sd = get_optimizer_state_dict(module, wrapped.optimizer, options=opts) if optimizer else None
     return model_sd, optim_sd
 
@@ -139,8 +145,8 @@ def restore(ref: CheckpointRef, wrapped: Wrapped, *, rank: int) -> TrainerState:
         opts = StateDictOptions(full_state_dict=True, strict=not quantized)
         keys = set_model_state_dict(module, load_tensor_file(ref.path / "model.pt"), options=opts)
         if quantized:  # only the frozen base may be missing: it was loaded from the pretrained checkpoint again
-            frozen = {n for n, p in module.named_parameters() if not p.requires_grad}
-            missing = [k for k in keys.missing_keys if k not in frozen and not _is_quant_state(k, frozen)]
+            frozen = _frozen_keys(module)
+            missing = [k for k in keys.missing_keys if not frozen(k)]
             if missing or keys.unexpected_keys:
                 raise RuntimeError(f"checkpoint {ref.path} does not fit this model: missing {missing[:3]}, "
                                    f"unexpected {list(keys.unexpected_keys)[:3]}")

@@ -111,18 +111,16 @@ def quantization_config(compute_dtype: torch.dtype) -> Any:
                               bnb_4bit_compute_dtype=compute_dtype)
 
 
-def load_full(path: Path, dtype: torch.dtype, *, quantize_on: torch.device | None = None,
-              compute_dtype: torch.dtype | None = None) -> torch.nn.Module:
+def load_full(path: Path, dtype: torch.dtype, *, quantize_on: torch.device | None = None) -> torch.nn.Module:
     """The whole model from its safetensors, on the CPU; missing or unexpected tensors fail loudly.
 
     ``quantize_on``: QLoRA — the linear weights are stored in 4 bit on that device (bitsandbytes quantizes
-    as it places them); the other parameters keep ``dtype``."""
+    as it places them) and computed in ``dtype``, which the other parameters keep."""
     from transformers import AutoModelForCausalLM
 
     quantized: dict[str, Any] = {}
     if quantize_on is not None:
-        quantized = dict(quantization_config=quantization_config(compute_dtype or dtype),
-                         device_map={"": str(quantize_on)})
+        quantized = dict(quantization_config=quantization_config(dtype), device_map={"": str(quantize_on)})
     model, info = AutoModelForCausalLM.from_pretrained(
         str(path), dtype=dtype, attn_implementation="sdpa", output_loading_info=True, **quantized
     )
@@ -148,6 +146,18 @@ def load_partitioned(path: Path, dtype: torch.dtype, ds_config: dict[str, Any]) 
         return load_full(path, dtype)
     finally:
         del keep
+
+
+def cast_unquantized_to_fp32(model: torch.nn.Module) -> int:
+    """What PEFT's ``prepare_model_for_kbit_training`` does to a 4-bit model's other parameters (v0.21.2, "cast all
+    non INT8 parameters to fp32"): every 16-bit parameter — embeddings, norms, the head — becomes fp32; the packed
+    4-bit weights (uint8) stay.  Returns how many parameters it cast (knobs.qlora_fp32_params)."""
+    cast = 0
+    for param in model.parameters():
+        if param.dtype in (torch.float16, torch.bfloat16):
+            param.data = param.data.float()
+            cast += 1
+    return cast
 
 
 def build_on_meta(path: Path, dtype: torch.dtype) -> torch.nn.Module:

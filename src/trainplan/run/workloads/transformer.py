@@ -156,7 +156,13 @@ def pretrained_workload(job: TransformerJob, checkpoint: Path, config: RunConfig
         from trainplan.run.runtime.process import ProcessInfo, choose_device
 
         device = choose_device(config.accelerator, ProcessInfo.from_env().local_rank)
-        model = finish_model(pretrained.load_full(checkpoint, dtype, quantize_on=device), job, arch)
+        base = pretrained.load_full(checkpoint, dtype, quantize_on=device)
+        from trainplan.catalog import get_catalog
+        from trainplan.estimate.stack import effective_knobs
+
+        if effective_knobs(job, get_catalog()).qlora_fp32_params:  # the job's stack (or knob) does, as estimated
+            pretrained.cast_unquantized_to_fp32(base)
+        model = finish_model(base, job, arch)
         for module in model.modules():
             if getattr(module, "support_avx512bf16_for_cpu", False):
                 # bitsandbytes (0.48+) repacks a CPU weight for its bf16 inference kernel at the first forward in
