@@ -17,6 +17,7 @@ worker group after a failure (``--max-restarts``) and gives workers
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -41,6 +42,8 @@ from trainplan.strategies import Strategy
 
 #: Seconds torchrun waits for workers to checkpoint after SIGTERM before it kills them.
 SHUTDOWN_GRACE_S = 120
+#: The module the built-in workloads run as (``python -m``), launched here or handed to a :class:`WarmWorker`.
+WORKER_MODULE = "trainplan.run.worker"
 #: Elastic restarts of the worker group after a worker dies (torchrun ``--max-restarts``).
 DEFAULT_MAX_RESTARTS = 2
 
@@ -162,10 +165,10 @@ def render(
 ) -> LaunchSpec:
     """The command, environment and files that run ``config`` on this machine."""
     paths = RunPaths(Path(config.out_dir))
-    target = [str(script), *script_args] if script is not None else ["-m", "trainplan.run.worker", str(paths.run_config)]
+    target = [str(script), *script_args] if script is not None else ["-m", WORKER_MODULE, str(paths.run_config)]
     if uses_torchrun(config):
         argv = torchrun_args(nproc_per_node=config.world_size, max_restarts=max_restarts)
-        argv += target if script is not None else ["--module", "trainplan.run.worker", str(paths.run_config)]
+        argv += target if script is not None else ["--module", WORKER_MODULE, str(paths.run_config)]
     else:
         argv = [_python(), *target]
     env = {
@@ -192,9 +195,6 @@ def _term_with_parent() -> None:
 
     pr_set_pdeathsig = 1
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
-
-
-WORKER_MODULE = "trainplan.run.worker"
 
 
 class WarmWorker:
@@ -232,8 +232,6 @@ class WarmWorker:
         if one_process and proc.poll() is None and proc.stdin is not None:
             order = {"args": spec.argv[3:], "env": spec.env, "cwd": str(spec.cwd or Path.cwd()), "log": str(log_path)}
             try:
-                import json
-
                 proc.stdin.write((json.dumps(order) + "\n").encode())
                 proc.stdin.close()
                 return proc
