@@ -267,3 +267,11 @@ def test_a_run_with_the_tf32_knob_switches_pytorch_to_tf32_matmuls() -> None:
         assert torch.backends.cuda.matmul.allow_tf32 is True
     finally:
         torch.backends.cuda.matmul.allow_tf32 = before
+
+
+def test_a_tf32_knob_that_is_not_a_boolean_is_one_line_naming_it() -> None:
+    from trainplan.errors import SpecError
+
+    with pytest.raises(SpecError) as err:
+        _job(precision="fp32", knobs={"tf32_matmul": "maybe"})
+    assert "knobs.tf32_matmul" in str(err.value) and "\n" not in str(err.value)
