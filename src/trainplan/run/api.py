@@ -198,6 +198,7 @@ def check_job(job: Any, script: Path | None) -> Any:
     if script is not None:
         return job
     from trainplan.run.workloads.checks import (
+        as_trained,
         check_loss,
         check_optimizer,
         check_supported,
@@ -211,6 +212,7 @@ def check_job(job: Any, script: Path | None) -> Any:
 
         return check_keras_job(job)
     check_optimizer(job.optimizer)
+    job = as_trained(job)[0]  # the stack and knobs the built-in workloads train with (a note says what differs)
     if job.kind is JobKind.TRANSFORMER:
         arch = resolve_arch(job)
         check_supported(job, arch)
@@ -250,6 +252,16 @@ def check_pretrained(job: Any, arch: Any) -> None:
     # DeepSeek-V3 checkpoints may carry the multi-token-prediction layers transformers does not build: either count.
     counts = param_counts(arch)
     inspect_checkpoint(checkpoint, expected_params=(counts.total - counts.mtp, counts.total), need_tokenizer=True)
+
+
+def stack_notes(job: Any, script: Path | None) -> tuple[str, ...]:
+    """What of the job's stack and knobs the built-in workloads do not apply (none for a user's script)."""
+    if script is not None:
+        return ()
+    from trainplan.run.workloads.checks import as_trained
+
+    note = as_trained(job)[1]
+    return () if note is None else (note,)
 
 
 #: Called while the data is tokenized: (records done, records in all).
@@ -317,11 +329,12 @@ def resolve_config(
     request: RunRequest,
     *,
     precision: tuple[Precision, tuple[str, ...]] | None = None,
+    extra_notes: tuple[str, ...] = (),
 ) -> RunConfig:
     """Everything the workers need, decided once.
 
     ``precision`` (the precision and its notes) replaces the choice made from this
-    machine's device — ``trainplan launch`` decides it for the plan's GPUs.
+    machine's device — ``trainplan launch`` decides it for the plan's GPUs.  ``extra_notes`` join the run's notes.
     """
     base: dict[str, Any] = dict(
         job=job_json(job),
@@ -351,6 +364,7 @@ def resolve_config(
         )
     accum = global_batch // (micro * dp)
     precision, notes = precision or _precision(job, option.accelerator, option.strategy)
+    notes = (*notes, *extra_notes)
     ds = None
     if option.strategy.engine is Engine.DEEPSPEED:
         ds = deepspeed_config(
@@ -530,7 +544,7 @@ def plan_launch(
             from trainplan.run.workloads.textdata import write_cache
 
             write_cache(paths.root, prepared)
-        config = resolve_config(job, option, paths, request)
+        config = resolve_config(job, option, paths, request, extra_notes=stack_notes(job, request.script))
         if job.kind is JobKind.KERAS and request.script is None:
             from trainplan.run.workloads.keras import render_keras
 

@@ -21,7 +21,7 @@ from trainplan.estimate.result import Estimate
 from trainplan.measure.probe import Accelerator
 from trainplan.planner.calibrated import efficiency_lookup
 from trainplan.planner.core import estimate_option, plan_job, require_options
-from trainplan.run.api import RunRequest, apply_overrides, check_job, resolve_config
+from trainplan.run.api import RunRequest, apply_overrides, check_job, resolve_config, stack_notes
 from trainplan.run.choose import Option
 from trainplan.run.predict import Prediction
 from trainplan.run.rundir import RunPaths
@@ -250,7 +250,8 @@ def resolve_launch(request: LaunchRequest, *, run_dir: Path | None = None) -> La
     if placement.tpu is not None:
         check_tpu_job(job, request, options, placement)
     precision = launch_precision(job, placement, strategy, catalog) if not tabular else None
-    config = resolve_config(job, option, RunPaths(run_dir or out), run_request, precision=precision)
+    notes = () if request.target is Target.TORCHTITAN else stack_notes(job, options.script)
+    config = resolve_config(job, option, RunPaths(run_dir or out), run_request, precision=precision, extra_notes=notes)
     return LaunchPlan(
         target=request.target,
         job_path=request.job_path,

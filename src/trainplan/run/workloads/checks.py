@@ -105,3 +105,47 @@ def check_loss(loss: str) -> None:
         raise SpecError(f"must be one of {', '.join(BUILTIN_LOSSES)} or an import path 'pkg.mod:fn', got {loss!r}", field="loss")
 
 
+
+
+#: Knobs the built-in workloads apply as the estimate prices them (run/worker.py allow_tf32_matmul,
+#: run/workloads/transformer.py for qlora_fp32_params); every other knob is the plain stack's, whatever the job says.
+HONOURED_KNOBS = {"tf32_matmul": ("transformer", "torch"), "qlora_fp32_params": ("transformer",)}
+
+
+def as_trained(job: Any) -> tuple[Any, str | None]:
+    """The job as the built-in workloads train it, and a note naming what of its stack and knobs they do not apply.
+
+    ``trainplan run`` (and the torchrun / SLURM / SkyPilot renders of its worker) trains eager PyTorch — the
+    ``plain`` stack of catalog/data/stacks.yaml.  A job that names another stack, or knobs the worker does not
+    implement (compile, a chunked or fused loss, fused kernels, optimizer-in-backward …), is estimated for the
+    stack and knobs as trained, so that the prediction the run is compared with describes the run; the note says
+    what was set aside.  A job that already trains as planned comes back unchanged with no note."""
+    kind = getattr(getattr(job, "kind", None), "value", None)
+    if kind not in ("transformer", "torch"):
+        return job, None
+    from trainplan.catalog import get_catalog
+    from trainplan.estimate.stack import effective_knobs
+    from trainplan.spec import Stack
+
+    catalog = get_catalog()
+    stated = effective_knobs(job, catalog)
+    kept = {k: getattr(stated, k) for k, kinds in HONOURED_KNOBS.items() if kind in kinds}
+    trained_job = job.model_copy(update={"stack": Stack.PLAIN, "knobs": job.knobs.model_copy(update={
+        **{k: None for k in type(job.knobs).model_fields}, **kept})})
+    trained = effective_knobs(trained_job, catalog)
+    differ = [k for k in ("loss", "loss_chunks", "compile", "optimizer_in_backward", "activation_offloading",
+                          "fused_optimizer", "paged_optimizer", "unsharded_accumulation", "frozen_weight_gradients",
+                          "frozen_weights_fp32", "loss_upcast", "fused_kernels")
+              if getattr(stated, k) != getattr(trained, k)]
+    if job.stack is Stack.PLAIN and not differ:
+        return job, None
+    shown = ", ".join(f"{k} {_shown(getattr(stated, k))} → {_shown(getattr(trained, k))}" for k in differ)
+    what = f"stack {job.stack.value}" if job.stack is not Stack.PLAIN else "the job's knobs"
+    note = (f"trainplan run trains eager PyTorch (stack plain), not {what}"
+            + (f": {shown}" if shown else "") + "; the prediction is for the run as it trains "
+            "(run your own stack with --script, or launch --to torchtitan)")
+    return trained_job, note
+
+
+def _shown(value: Any) -> str:
+    return str(getattr(value, "value", value)).lower()
