@@ -3,7 +3,8 @@
 Prints, for each library, the nanoseconds per unit of work ("cell", defined in
 src/trainplan/estimate/tabular.py) on one core and on all cores, and the Amdahl
 serial fraction implied by the two.  These are the figures behind the CPU rows
-of src/trainplan/catalog/data/tabular_rates.csv.
+of src/trainplan/catalog/data/tabular_rates.csv for CatBoost and scikit-learn; XGBoost's and LightGBM's rows hold
+the per-term rates of benchmarks/tabular_terms.py (the one rate per dense cell printed here is their older unit).
 
     python benchmarks/tabular_rates.py [--rows 1000000]
 """

@@ -41,6 +41,8 @@ def job_of(rec: dict) -> object:
         fields["max_depth"] = rec["max_depth"]
     if rec.get("num_leaves"):
         fields["num_leaves"] = rec["num_leaves"]
+    if rec.get("density"):
+        fields["density"] = rec["density"]
     if rec.get("max_bin"):
         fields["max_bins"] = rec["max_bin"]
     elif "max_bin 63" in str(rec.get("algorithm")):

@@ -24,6 +24,7 @@ from pydantic import (
     Field,
     TypeAdapter,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -409,6 +410,17 @@ class TabularJob(_JobBase):
     classes: Annotated[int, Field(ge=2)] = 2
     target: str | None = None
     iterations: PositiveInt = 100  # sklearn-linear solver iterations
+    # fraction of the rows × features cells a sparse (CSR / CSC) matrix stores: one-hot or bag-of-words data
+    density: Annotated[float, Field(gt=0, le=1)] = 1.0
+
+    @field_validator("density")
+    @classmethod
+    def _sparse_libraries(cls, v: float, info: ValidationInfo) -> float:
+        library = info.data.get("library")
+        if v < 1 and library is not None and library not in (TabularLibrary.XGBOOST, TabularLibrary.LIGHTGBM):
+            raise ValueError(f"{v:g} (sparse input) is planned for xgboost and lightgbm, which build histograms from "
+                             f"the stored values only; {library.value} is planned on dense data: use density: 1")  # fmt: skip
+        return v
 
     @model_validator(mode="after")
     def _depth(self) -> "TabularJob":

@@ -110,3 +110,24 @@ def test_user_workload_keys_are_kept_and_unknown_figures_are_refused() -> None:
     assert facts.to_dict() == {"samples_per_step": 8, "my_dataset": "cifar"}
     with pytest.raises(KeyError, match="tokens_per_sec"):
         Measured().figure("tokens_per_sec")
+
+
+def test_a_tabular_rate_recorded_in_an_earlier_unit_is_not_applied() -> None:
+    """The old store's XGBoost rate (5,077 ns per cell of the one-rate model) would price the per-term model's
+    dense-cell unit thousands of times too slow: it is left out, and a record in the current unit is used."""
+    from dataclasses import replace
+
+    from trainplan.estimate.tabular import tabular_work_unit
+    from trainplan.planner.calibrated import _tabular_rate_lookup
+    from trainplan.planner.local import local_cpu_hardware
+    from trainplan.spec import parse_job
+
+    store_path().parent.mkdir(parents=True)
+    shutil.copy(V1 / "calibrations.json", store_path())
+    old = load_calibrations()[1]
+    job = parse_job({"kind": "tabular", "library": "xgboost", "rows": 1000, "features": 10})
+    assert old.work_unit is None and _tabular_rate_lookup(job, old.hardware_id) is None
+    record_calibration(replace(old, ns_per_cell=0.5, work_unit=tabular_work_unit("xgboost"), recorded_at="2026-12-05T00:00:00+00:00"))
+    lookup = _tabular_rate_lookup(job, old.hardware_id)
+    assert lookup is not None and lookup(local_cpu_hardware(2)) == 0.5
+    assert json.loads(store_path().read_text())["calibrations"][2]["work_unit"] == "gbdt-terms-2026-12-05"

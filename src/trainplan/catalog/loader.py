@@ -109,6 +109,16 @@ class TabularRate:
     ref_mem_bandwidth_gb_s: float | None  # gpu: bandwidth of the GPU the rate was measured on
     source: str
     as_of: str
+    # histogram GBDT on a CPU, the terms of estimate/tabular.py gbdt_terms (ns_per_cell is then the dense histogram
+    # cell's rate); None where a library is priced by ns_per_cell alone
+    ns_per_sparse_cell: float | None = None
+    ns_per_split_bin: float | None = None
+    ns_per_row_level: float | None = None
+    prep_ns_per_cell: float | None = None  # once per fit, per stored cell: binning (DMatrix / Dataset construction)
+
+    @property
+    def has_terms(self) -> bool:
+        return None not in (self.ns_per_sparse_cell, self.ns_per_split_bin, self.ns_per_row_level, self.prep_ns_per_cell)
 
 
 @dataclass(frozen=True)
@@ -378,6 +388,10 @@ def _build_rate(row: dict[str, str]) -> TabularRate:
     ref_bw = _opt_float(row, "ref_mem_bandwidth_gb_s")
     if device == "gpu" and not ref_bw:
         raise _RowError("ref_mem_bandwidth_gb_s", "needed for a gpu rate")
+    terms = [_opt_float(row, key) for key in _TERM_COLUMNS]
+    if any(t is not None for t in terms) and (None in terms or device != "cpu"):
+        raise _RowError(_TERM_COLUMNS[terms.index(None)] if None in terms else "device",
+                        "the per-term rates go together: all four, on a cpu row")  # fmt: skip
     return TabularRate(
         library=_req_str(row, "library"),
         device=device,
@@ -386,7 +400,12 @@ def _build_rate(row: dict[str, str]) -> TabularRate:
         ref_mem_bandwidth_gb_s=ref_bw,
         source=row["source"].strip(),
         as_of=row["as_of"].strip(),
+        **{key: _opt_float(row, key) for key in _TERM_COLUMNS},
     )
+
+
+#: Optional columns: the per-term rates of a histogram GBDT on a CPU (all four, or none).
+_TERM_COLUMNS = ("ns_per_sparse_cell", "ns_per_split_bin", "ns_per_row_level", "prep_ns_per_cell")
 
 
 GRID_COLUMNS = ("cloud", "region", "location", "grid_kg_co2e_per_kwh", "source", "as_of")

@@ -52,6 +52,30 @@ def gbdt_cells(*, rows: int, features: int, depth: int, trees: int, classes: int
     return per_tree * trees * classes
 
 
+def gbdt_terms(library: str, rows: int, features: int, density: float, *, leaves: float,
+               max_bins: int = 256) -> tuple[float, float, float, float]:
+    """The four per-tree terms of a histogram GBDT round (XGBoost ``hist``, LightGBM), each in its own unit:
+
+    * histogram cells of dense data and, apart, of sparse data — only the stored values of a sparse matrix are
+      visited (XGBoost: "sparsity-aware split finding ... linear to the number of non-missing entries", Chen &
+      Guestrin 2016, Sec. 3.4; LightGBM: histograms of sparse features built from their non-zero entries, Ke et
+      al. 2017, Sec. 4) — rows · features · density · (1 + (levels − 1)/2) with the subtraction trick, counted apart
+      because a sparse row-wise pass costs more per value than a dense one (measured:
+      ``benchmarks/tabular_terms.py``);
+    * split scans: every node's histogram is scanned bin by bin for the best split (Ke et al. 2017, Alg. 1: "O(#bin
+      × #feature)" per leaf): nodes · features · bins, with bins = min(max_bins, stored values per feature + 1);
+    * row passes: gradients, the row partition and the prediction update touch every row once per level:
+      rows · (levels + 1).
+
+    ``leaves`` is the tree's leaf count (the planner assumes full trees: 2^depth, or num_leaves); nodes scanned =
+    2 · leaves − 1, levels = log2(leaves).  The rates of each term are per library (tabular_rates.csv)."""
+    levels = math.log2(max(2.0, leaves))
+    hist = rows * features * density * (1 + (levels - 1) / 2)
+    bins = min(float(max_bins), rows * density + 1)
+    return (hist if density >= 1 else 0.0, hist if density < 1 else 0.0, (2 * leaves - 1) * features * bins,
+            rows * (levels + 1))
+
+
 def oblivious_cells(*, rows: int, features: int, depth: int, trees: int, classes: int = 1) -> float:
     """CatBoost's oblivious (symmetric) trees: every level chooses one split for all its leaves, scored over every
     row's histogram contribution (Prokhorenkova et al. 2018, "CatBoost: unbiased boosting with categorical
@@ -106,16 +130,43 @@ def gradient_dims(job: TabularJob) -> int:
     return job.classes if job.objective == "multiclass" else 1
 
 
-def work_cells(job: TabularJob, *, rows: int | None = None, rounds: int | None = None) -> float:
+#: The unit of a measured CPU rate per library, where it is not the original one ("cell" of gbdt_cells and the
+#: others, None): a calibration records it, and one in another unit is not applied.
+_WORK_UNITS = {"xgboost": "gbdt-terms-2026-12-05", "lightgbm": "gbdt-terms-2026-12-05"}
+
+
+def tabular_work_unit(library: str) -> str | None:
+    return _WORK_UNITS.get(library)
+
+
+def tree_leaves(job: TabularJob) -> int:
+    """Leaves of a full tree: ``num_leaves`` when given (LightGBM, XGBoost's max_leaves), else 2^depth."""
+    return job.num_leaves or 2 ** effective_depth(job)
+
+
+def work_cells(job: TabularJob, *, rows: int | None = None, rounds: int | None = None,
+               rate: TabularRate | None = None) -> float:
     """Units of work of one model fit (one fold) on ``rows`` training rows (default :func:`fit_rows`),
-    with ``rounds`` trees (iterations for a linear model) instead of the job's :func:`rounds_per_fit`."""
+    with ``rounds`` trees (iterations for a linear model) instead of the job's :func:`rounds_per_fit`.
+
+    With a CPU ``rate`` that has the per-term rates (XGBoost, LightGBM), the unit is the dense histogram cell and
+    the work is the four terms of :func:`gbdt_terms` per tree plus the data preparation once per fit, each weighted
+    by its rate relative to the dense cell's; otherwise histogram cells of the stored values."""
     rows = fit_rows(job) if rows is None else rows
     rounds = rounds_per_fit(job) if rounds is None else rounds
     classes = gradient_dims(job)
     if job.library is TabularLibrary.CATBOOST:
         return oblivious_cells(rows=rows, features=job.features, depth=effective_depth(job), trees=rounds, classes=classes)
     if job.library in GBDT:
-        return gbdt_cells(rows=rows, features=job.features, depth=effective_depth(job), trees=rounds, classes=classes)
+        if rate is not None and rate.has_terms:
+            terms = gbdt_terms(job.library.value, rows, job.features, job.density, leaves=tree_leaves(job),
+                               max_bins=job.max_bins)  # fmt: skip
+            weights = (rate.ns_per_cell, rate.ns_per_sparse_cell, rate.ns_per_split_bin, rate.ns_per_row_level)
+            per_tree = sum(t * w for t, w in zip(terms, weights)) / rate.ns_per_cell  # type: ignore[operator]
+            prep = rate.prep_ns_per_cell * rows * job.features * job.density / rate.ns_per_cell  # type: ignore[operator]
+            return per_tree * rounds * classes + prep
+        cells = gbdt_cells(rows=rows, features=job.features, depth=effective_depth(job), trees=rounds, classes=classes)
+        return cells * job.density
     if job.library is TabularLibrary.SKLEARN_RF:
         return forest_cells(rows=rows, features=job.features, depth=effective_depth(job), trees=rounds)
     return linear_cells(rows=rows, features=job.features, iterations=rounds) * classes
@@ -131,8 +182,8 @@ def measured_ns_per_cell(
     ``tabular_rates.csv`` (ns per cell on one core), so a calibration replaces
     the catalog's rate one for one.
     """
-    serial = _rate(catalog, job.library, "cpu").serial_fraction
-    return fit_s * 1e9 * amdahl_speedup(threads, serial) / work_cells(job, rows=rows, rounds=rounds)
+    rate = _rate(catalog, job.library, "cpu")
+    return fit_s * 1e9 * amdahl_speedup(threads, rate.serial_fraction) / work_cells(job, rows=rows, rounds=rounds, rate=rate)
 
 
 def library_copy_bytes(job: TabularJob, catalog: Catalog) -> float:
@@ -145,11 +196,17 @@ def host_memory_bytes(job: TabularJob, parallel_fits: int, *, copy_bytes: float)
     """RAM of a tabular fit: the data (float32); per parallel fit the fold's training rows (a float32 copy:
     ``X[train]`` is advanced indexing, which always copies — NumPy manual, "Indexing on ndarrays"), the
     library's own copy of them (``copy_bytes`` per cell), the binned copy (1 byte/cell with ≤ 256 bins),
-    gradient pairs and predictions, histograms per thread, and the trees (RF)."""
-    cells = job.rows * job.features
-    raw = 4.0 * cells  # float32 matrix
-    fold_copies = (4.0 + copy_bytes) * fit_rows(job) * job.features
-    bin_bytes = 1 if job.max_bins <= 256 else 2
+    gradient pairs and predictions, histograms per thread, and the trees (RF).
+
+    Sparse input (``density`` < 1) is a CSR matrix: per stored value a float32 and an int32 column index, per row an
+    int32 offset (SciPy's csr_matrix with int32 indices); the libraries' copies and bins count stored values, the
+    bins as 4-byte global bin ids (an assumption: a sparse quantised matrix cannot use per-feature 1-byte offsets)."""
+    sparse = job.density < 1
+    cells = job.rows * job.features * job.density  # stored cells
+    per_cell = 8.0 if sparse else 4.0
+    raw = per_cell * cells + (4.0 * job.rows if sparse else 0.0)
+    fold_copies = (per_cell + copy_bytes) * fit_rows(job) * job.features * job.density
+    bin_bytes = 4 if sparse else 1 if job.max_bins <= 256 else 2
     classes = gradient_dims(job)
     per_fit = 0.0
     trees = 0.0
@@ -195,20 +252,26 @@ def gpu_memory_bytes(job: TabularJob, catalog: Catalog, *, workers: int = 1) -> 
     ``num_leaves`` leaves.  CatBoost's GPU trainer is counted like LightGBM's (byte-wide bins up to 256 borders —
     its GPU default is 128 — and histograms for the 2^depth leaves of a symmetric tree): an assumption, not read
     from its source.
-    The CUDA context comes on top (assumptions.yaml ``cuda_context_gib``).  Dense data is assumed: sparse data
-    stores fewer elements per row, so this is the upper end.
+    The CUDA context comes on top (assumptions.yaml ``cuda_context_gib``).  Sparse input (``density`` < 1): XGBoost's
+    ELLPACK then holds ``row_stride`` symbols a row (the longest row's stored values; the mean is taken), each a
+    global bin id or a null symbol (src/data/ellpack_page.cu); LightGBM, a bin and a row index per stored value.
     """
     rows = math.ceil(fit_rows(job) / workers)
     targets = gradient_dims(job)
     bins_total = job.features * job.max_bins
     if job.library is TabularLibrary.XGBOOST:
-        bits = max(1, math.ceil(math.log2(job.max_bins)))
-        matrix = rows * job.features * bits / 8
+        if job.density < 1:  # ELLPACK of sparse data: row_stride symbols a row, each a global bin id or the null
+            stride = math.ceil(job.features * job.density)  # the mean row length: rows are assumed alike
+            bits = max(1, math.ceil(math.log2(job.features * job.max_bins + 1)))
+            matrix = rows * stride * bits / 8
+        else:
+            bits = max(1, math.ceil(math.log2(job.max_bins)))
+            matrix = rows * job.features * bits / 8
         per_row = rows * (8 * targets + 4 * targets + 4 + 2 * 4)
         nodes = 2 * 2 ** min(effective_depth(job), 16)  # the last level and its parents
         histograms = nodes * bins_total * 16 * targets
-    else:
-        matrix = rows * job.features * (1 if job.max_bins <= 256 else 2)
+    else:  # stored values only for sparse input: a bin and a 4-byte row index each (an assumption)
+        matrix = rows * job.features * ((1 if job.max_bins <= 256 else 2) if job.density >= 1 else 5 * job.density)
         per_row = rows * (8 * targets + 8 * targets + 4)
         leaves = job.num_leaves or 2 ** effective_depth(job)
         histograms = leaves * bins_total * 16 * targets
@@ -257,7 +320,6 @@ def tabular_reason(job: TabularJob, hw: Hardware) -> Rejection | None:
 def estimate_tabular(job: TabularJob, hw: Hardware, catalog: Catalog, *, ns_per_cell: float | None = None) -> Estimate:
     """Time, memory and cost of ``job`` on ``hw``; ``ns_per_cell`` overrides the rate (a calibration)."""
     reason = tabular_reason(job, hw)
-    cells = work_cells(job)
     folds = job.cv_folds
     cores = physical_cores(hw.vcpus_per_node, cloud=hw.cloud)
     calibrated = ns_per_cell is not None
@@ -265,6 +327,7 @@ def estimate_tabular(job: TabularJob, hw: Hardware, catalog: Catalog, *, ns_per_
     gpus = hw.layout.gpus_per_node if hw.accelerator is not None else 1
     if hw.accelerator is not None and reason is None:
         rate = _rate(catalog, job.library, "gpu")
+        cells = work_cells(job)  # histogram cells of the stored values: the GPU rate's unit
         ns = ns_per_cell if ns_per_cell is not None else rate.ns_per_cell * (rate.ref_mem_bandwidth_gb_s or 1) / hw.accelerator.mem_bandwidth_gb_s
         fit_s = cells * ns * 1e-9 / gpus  # several GPUs: each builds the histograms of its share of the rows
         parallel_fits = 1
@@ -288,6 +351,7 @@ def estimate_tabular(job: TabularJob, hw: Hardware, catalog: Catalog, *, ns_per_
         train_s = folds * fit_s  # folds run one after another on the GPU(s)
     else:
         rate = _rate(catalog, job.library, "cpu")
+        cells = work_cells(job, rate=rate)
         ns = ns_per_cell if ns_per_cell is not None else rate.ns_per_cell
         parallel_fits = max(1, min(folds, int(cores)))
         cores_per_fit = max(1, int(cores) // parallel_fits)  # whole threads per fit, as trainplan run splits them

@@ -58,9 +58,15 @@ class Calibration:
     #: tabular CPU jobs: ns per unit of work on one core, the unit of ``tabular_rates.csv``
     #: (:func:`trainplan.estimate.tabular.measured_ns_per_cell`)
     ns_per_cell: float | None = None
+    #: the unit ``ns_per_cell`` is in (:func:`trainplan.estimate.tabular.tabular_work_unit`); a record in another
+    #: unit — written before the cost model changed — is not applied
+    work_unit: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if data["work_unit"] is None:  # as records were written before the field: old stores stay as they were
+            del data["work_unit"]
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Calibration":

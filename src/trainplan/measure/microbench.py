@@ -358,7 +358,10 @@ def tabular_ns_per_cell(library: str, *, shape: dict[str, int] | None = None, re
         more_trees = min(max_trees, more_trees * 4)
         few, more = pair()
     pairs = [(few, more)] + [pair() for _ in range(max(0, repeats - 1))]
-    extra_cells = work_cells(job, rounds=more_trees) - work_cells(job, rounds=few_trees)
+    from trainplan.catalog import get_catalog
+
+    rate = get_catalog().tabular_rates.get((library, "cpu"))  # its per-term weights, so the unit is the catalog's
+    extra_cells = work_cells(job, rounds=more_trees, rate=rate) - work_cells(job, rounds=few_trees, rate=rate)
     rates = [(m - f) * 1e9 / extra_cells for f, m in pairs if m > f]
     extra = statistics.median(m - f for f, m in pairs)
     method = (f"{library} {sh['rows']:,} x {sh['features']} depth {sh['depth']}, 1 thread: {few_trees} vs {more_trees} "

@@ -50,9 +50,11 @@ def _tabular_rate_lookup(job: TabularJob, this_machine: str | None) -> Callable[
         return None  # catalog instances are not the machine a run measured
     from trainplan.measure.calibration import lookup as find
 
+    from trainplan.estimate.tabular import tabular_work_unit
+
     record = find(this_machine, "tabular", job.library.value)
-    if record is None or not record.ns_per_cell:
-        return None
+    if record is None or not record.ns_per_cell or record.work_unit != tabular_work_unit(job.library.value):
+        return None  # none, or a rate in the unit of an earlier cost model
     rate = float(record.ns_per_cell)
 
     def lookup(hw: Hardware) -> float | None:

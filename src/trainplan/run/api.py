@@ -451,6 +451,8 @@ def _predicted(kind: JobKind, prediction: Prediction) -> dict[str, float | None]
 
 def calibration_from(summary: RunSummary, job: Any, result: WorkerResult) -> Calibration:
     """The calibration record of a completed run."""
+    from trainplan.estimate.tabular import tabular_work_unit
+
     kind = JobKind(summary.kind)
     m = result.measured
     flops_per_token = result.workload.flops_per_token
@@ -477,6 +479,7 @@ def calibration_from(summary: RunSummary, job: Any, result: WorkerResult) -> Cal
         job_name=job.name,
         run_dir=str(summary.out),
         ns_per_cell=ns_per_cell,
+        work_unit=tabular_work_unit(job.library.value) if ns_per_cell is not None else None,
     )
 
 

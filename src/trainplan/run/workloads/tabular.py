@@ -131,6 +131,10 @@ def inspect_data(job: TabularJob) -> DataShape:
     data = job.data
     if data in (None, "synthetic"):
         return DataShape(job.rows, job.features, None if job.objective == "regression" else job.classes)
+    if job.density < 1:
+        raise SpecError(f"{job.density:g} describes a sparse matrix; trainplan run reads {data} as a dense table "
+                        "(missing cells as NaN): use density: 1 here, or train your sparse matrix with --script",
+                        field="density")  # fmt: skip
     if data.startswith("sklearn:"):
         X, y = _load_sklearn(_sklearn_name(data))
         return DataShape(X.shape[0], X.shape[1], _check_target(job, y, data))
@@ -146,6 +150,21 @@ def inspect_data(job: TabularJob) -> DataShape:
     return DataShape(len(y), len(columns) - 1, _check_target(job, y, path.name))
 
 
+def _sparse_table(job: TabularJob) -> tuple[Any, np.ndarray]:
+    """Synthetic sparse data (``density`` < 1): a SciPy CSR matrix with ``density`` of its cells stored, uniform
+    values at uniformly random positions, and a target from a random linear score of them (the classes split it
+    at its quantiles).  XGBoost reads an absent entry as missing and LightGBM as zero; both skip it."""
+    import scipy.sparse
+
+    rng = np.random.default_rng(job.seed)
+    X = scipy.sparse.random(job.rows, job.features, density=job.density, format="csr", dtype=np.float32, rng=rng)
+    score = np.asarray(X @ rng.standard_normal(job.features)).ravel() + 0.1 * rng.standard_normal(job.rows)
+    if job.objective == "regression":
+        return X, score
+    edges = np.quantile(score, np.linspace(0, 1, job.classes + 1)[1:-1])
+    return X, np.searchsorted(edges, score).astype(np.int64)
+
+
 def _load_sklearn(name: str) -> tuple[Any, Any]:
     import sklearn.datasets
 
@@ -155,6 +174,8 @@ def _load_sklearn(name: str) -> tuple[Any, Any]:
 def load_table(job: TabularJob) -> tuple[np.ndarray, np.ndarray]:
     """Features (float32, NaN for missing) and target (class ids 0..k-1, or floats)."""
     data = job.data
+    if data in (None, "synthetic") and job.density < 1:
+        return _sparse_table(job)
     if data in (None, "synthetic"):
         from sklearn.datasets import make_classification, make_regression
 
