@@ -198,3 +198,17 @@ def test_adafactor_analytic_and_traced_agree_on_a_transformer() -> None:
     a = compose(job, transformer_profile(job, cat), hw, Strategy.SINGLE, cat)
     t = compose(job, trace_transformer_job(job), hw, Strategy.SINGLE, cat)
     assert t.memory.optimizer == pytest.approx(a.memory.optimizer, rel=0.1)
+
+
+def test_the_lora_remedy_of_an_mla_model_targets_its_own_linear_layers() -> None:
+    """DeepSeek-V3's attention has no q_proj / v_proj (MLA: q_a_proj, kv_b_proj …): the hint's LoRA variant uses
+    all-linear instead of ending the command with an error about a LoRA the user never asked for."""
+    from trainplan.planner.core import hint_remedies, job_profile
+
+    cat = get_catalog()
+    job = parse_job({"kind": "transformer", "model": "deepseek-v3", "seq_len": 4096, "micro_batch": 1, "steps": 10,
+                     "precision": "bf16"})  # fmt: skip
+    labels = [label for label, j, _ in hint_remedies(job, cat, job_profile(job, cat))]
+    assert "method: lora, lora.targets: [all-linear]" in labels and "method: lora" not in labels
+    llama = parse_job({"kind": "transformer", "model": "llama-2-7b", "seq_len": 2048, "micro_batch": 1, "steps": 10})
+    assert "method: lora" in [label for label, _, _ in hint_remedies(llama, cat, job_profile(llama, cat))]

@@ -24,7 +24,7 @@ from trainplan.estimate.transformer import transformer_profile
 from trainplan.planner.candidates import candidates, gpu_hardware
 from trainplan.planner.layouts import keep_useful, search_layouts
 from trainplan.planner.this_machine import THIS_MACHINE
-from trainplan.spec import Checkpointing, Job, KerasJob, Method, ScriptJob, TabularJob, TorchJob, TransformerJob
+from trainplan.spec import Checkpointing, Job, KerasJob, LoraSpec, Method, ScriptJob, TabularJob, TorchJob, TransformerJob
 from trainplan.strategies import Strategy, strategies_for
 
 MEMORY_KINDS = (RejectKind.DEVICE_MEMORY, RejectKind.HOST_MEMORY)
@@ -351,7 +351,11 @@ def hint_remedies(job: Job, catalog: Catalog, profile: StepProfile) -> tuple[tup
         out.append(("activation_checkpointing: full", j, transformer_profile(j, catalog)))
     if job.method is Method.FULL:
         j = job.model_copy(update={"method": Method.LORA})
-        out.append(("method: lora", j, transformer_profile(j, catalog)))
+        try:
+            out.append(("method: lora", j, transformer_profile(j, catalog)))
+        except SpecError:  # the default targets (q_proj, v_proj) are not this model's layers (MLA: q_a_proj …)
+            j = job.model_copy(update={"method": Method.LORA, "lora": LoraSpec(targets=("all-linear",))})
+            out.append(("method: lora, lora.targets: [all-linear]", j, transformer_profile(j, catalog)))
     return tuple(out)
 
 
