@@ -15,6 +15,7 @@ dask       :mod:`.dask` — tabular jobs on Dask (xgboost.dask, LightGBM Dask, j
 skypilot   :mod:`.skypilot` — ``task.yaml`` for ``sky launch`` / ``sky jobs launch``
 horovod    :mod:`.horovod` — ``horovodrun`` for a Horovod script (rendering only)
 torchtitan :mod:`.torchtitan` — ``torchrun -m torchtitan.train``: tensor / pipeline / context / expert parallel
+megatron   :mod:`.megatron` — ``torchrun pretrain_gpt.py``: Megatron-LM's arguments for the same layouts
 =========  =====================================================================
 """
 
@@ -67,5 +68,9 @@ def prepare_launch(request: LaunchRequest) -> tuple[LaunchPlan, Rendered]:
         from trainplan.run.targets.torchtitan import checked
 
         rendered = checked(plan, rendered)
+    elif request.target is Target.MEGATRON:
+        from trainplan.run.targets.megatron import checked as megatron_checked
+
+        rendered = megatron_checked(plan, rendered)
     return plan, rendered
 

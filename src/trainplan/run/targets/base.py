@@ -34,6 +34,7 @@ class Target(StrEnum):
     SKYPILOT = "skypilot"
     HOROVOD = "horovod"
     TORCHTITAN = "torchtitan"
+    MEGATRON = "megatron"
 
     @classmethod
     def parse(cls, value: str) -> "Target":

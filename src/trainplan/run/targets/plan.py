@@ -55,7 +55,10 @@ class LaunchRequest:
 
 
 #: Targets that run a layout splitting the model (the others run data-parallel layouts only).
-MODEL_PARALLEL_TARGETS = frozenset({Target.TORCHTITAN})
+MODEL_PARALLEL_TARGETS = frozenset({Target.TORCHTITAN, Target.MEGATRON})
+
+#: Targets that train with their own trainer and model code, not trainplan's worker.
+OWN_TRAINER_TARGETS = frozenset({Target.TORCHTITAN, Target.MEGATRON})
 
 
 def _hardware(request: LaunchRequest, catalog: Catalog) -> Hardware:
@@ -96,13 +99,13 @@ def choose_estimate(job: Any, request: LaunchRequest, catalog: Catalog) -> Estim
             data_parallel = next((i + 1 for i, e in enumerate(plan.options) if not e.hardware.layout.model_parallel), None)
             alt = f"; option {data_parallel} is the best data-parallel one" if data_parallel else ""
             raise SpecError(f"option {n} ({chosen.hardware.label}, {chosen.setup}) splits the model (tensor / pipeline / "
-                            f"context / expert parallel), which {request.target.value} does not run: --to torchtitan renders it, "
+                            f"context / expert parallel), which {request.target.value} does not run: --to torchtitan or megatron renders it, "
                             f"the other targets data-parallel options{alt}", field="--option")  # fmt: skip
         return chosen
     strategy = Strategy.parse(request.strategy) if request.strategy else None
     hw = _hardware(request, catalog)
     if hw.layout.model_parallel and request.target not in MODEL_PARALLEL_TARGETS:
-        raise SpecError(f"{request.target.value} runs data-parallel layouts; --to torchtitan renders tensor / pipeline / "
+        raise SpecError(f"{request.target.value} runs data-parallel layouts; --to torchtitan or megatron renders tensor / pipeline / "
                         "context / expert parallel ones", field="--tp/--pp/--cp/--ep")  # fmt: skip
     e = estimate_option(job, hw, catalog, strategy=strategy, efficiency_for=efficiency)
     if not e.fits:
@@ -218,7 +221,7 @@ def resolve_launch(request: LaunchRequest, *, run_dir: Path | None = None) -> La
     options = request.options
     job = apply_overrides(load_job(request.job_path), request.steps)
     # torchtitan trains its own model code (checked by run/targets/torchtitan.py), not trainplan's worker
-    checked = job if request.target is Target.TORCHTITAN else check_job(job, options.script)
+    checked = job if request.target in OWN_TRAINER_TARGETS else check_job(job, options.script)
     e = choose_estimate(checked, request, catalog)
     if e.strategy == "dask-gpu" and request.target is not Target.DASK:
         raise SpecError(f"the option trains one XGBoost model over {e.hardware.layout.gpus_per_node} GPUs with "
@@ -250,7 +253,7 @@ def resolve_launch(request: LaunchRequest, *, run_dir: Path | None = None) -> La
     if placement.tpu is not None:
         check_tpu_job(job, request, options, placement)
     precision = launch_precision(job, placement, strategy, catalog) if not tabular else None
-    notes = () if request.target is Target.TORCHTITAN else stack_notes(job, options.script)
+    notes = () if request.target in OWN_TRAINER_TARGETS else stack_notes(job, options.script)
     config = resolve_config(job, option, RunPaths(run_dir or out), run_request, precision=precision, extra_notes=notes)
     return LaunchPlan(
         target=request.target,

@@ -1,0 +1,284 @@
+"""Megatron-LM: the plan's layout — tensor (+ sequence), pipeline (+ virtual stages), context and expert parallel,
+with Megatron's DDP or its distributed optimizer — as a ``pretrain_gpt.py`` argument list.
+
+Megatron-LM builds its GPT model from command-line arguments (``megatron/training/arguments.py``), so any decoder
+trainplan can describe with Megatron's switches is rendered: layers, widths, grouped-query attention, SwiGLU or
+GELU, RMSNorm or LayerNorm, rotary or learned positions, biases, tied or untied embeddings, and mixture-of-experts
+layers (routed experts, top-k, expert and shared-expert widths, dense layers as a ``--moe-layer-freq`` list).
+What Megatron has no switch for in this rendering is refused in one line: multi-head latent attention, sliding
+windows, logit soft-capping, attention sinks, q/k norms over the full width, four norms a block, LoRA / QLoRA, a pretrained Hugging
+Face checkpoint (Megatron loads its own checkpoint format; convert it with Megatron-Bridge first), FSDP / ZeRO-2 / 3
+strategies (Megatron's own FSDP is not rendered here: pick a ddp or zero1 option).
+
+The data-parallel sharding: ``ddp`` is Megatron's DDP; ``zero1`` is ``--use-distributed-optimizer`` (optimizer
+state sharded over the data-parallel ranks, Megatron's ZeRO-1).  Batch: ``--micro-batch-size`` and
+``--global-batch-size`` (Megatron accumulates, or feeds the pipeline, ``global / (micro × dp)`` micro-batches).
+Activation checkpointing: ``selective`` is ``--recompute-granularity selective`` (the attention core, as the
+estimate counts it after Korthikanti et al. 2022), ``full`` is ``full`` / ``uniform`` / one layer per group.
+
+Data: ``--mock-data`` with ``--tokenizer-type NullTokenizer`` (a smoke run at the plan's shape); a real run replaces
+them by ``--data-path`` and a tokenizer (a note says so).  When Megatron Core is importable
+(``pip install megatron-core``), :func:`check_with_megatron_core` builds its ``TransformerConfig`` from the rendered
+arguments before anything is written, so its own checks (heads divisible by tensor parallel, the pipeline's dtype,
+MoE settings, …) run on the layout.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from typing import Any
+
+from trainplan.catalog import checkpoint_dir, get_catalog, resolve_model
+from trainplan.errors import SpecError
+from trainplan.model import ModelArch
+from trainplan.run.targets.base import Command, LaunchPlan, Rendered, unsupported
+from trainplan.run.targets.common import DS_CONFIG, base_files
+from trainplan.run.targets.torchrun import launcher_argv
+from trainplan.spec import Checkpointing, JobKind, Method, Optimizer, Precision
+from trainplan.strategies import Strategy
+
+#: Where Megatron-LM is checked out on the nodes: ``$MEGATRON_LM`` when rendering, else ``./Megatron-LM``.
+CHECKOUT_ENV = "MEGATRON_LM"
+ENTRY = "pretrain_gpt.py"
+
+
+def entry_point() -> str:
+    """Megatron-LM's training script, in the checkout the nodes use."""
+    return os.path.join(os.environ.get(CHECKOUT_ENV) or "Megatron-LM", ENTRY)
+
+
+def check(plan: LaunchPlan) -> ModelArch:
+    """Why Megatron-LM cannot run this plan (one line), or the architecture it builds."""
+    job = plan.job
+    if job.kind is not JobKind.TRANSFORMER:
+        raise unsupported(plan, f"Megatron-LM trains transformer language models; this is a kind: {job.kind.value} job")
+    if plan.options.script is not None:
+        raise unsupported(plan, "Megatron-LM runs its own trainer (pretrain_gpt.py); a --script runs with --to torchrun")
+    if job.method is not Method.FULL:
+        raise unsupported(plan, f"pretrain_gpt.py trains all weights; method {job.method.value} runs with --to torchrun / deepspeed")
+    if checkpoint_dir(job.model) is not None:
+        raise unsupported(plan, "Megatron-LM loads its own checkpoint format, not a save_pretrained folder: convert it "
+                                "(Megatron-Bridge) and pass --load, or use --to torchrun")  # fmt: skip
+    if job.optimizer not in (Optimizer.ADAMW, Optimizer.SGD):
+        raise unsupported(plan, f"Megatron's optimizers are adam (AdamW) and sgd; the job's is {job.optimizer.value}")
+    if plan.strategy not in (Strategy.SINGLE, Strategy.DDP, Strategy.ZERO1):
+        raise unsupported(plan, f"the option's strategy is {plan.strategy.value}; Megatron-LM is rendered with its DDP "
+                                "or its distributed optimizer (ZeRO-1): pick a ddp or zero1 option (--strategy zero1)")  # fmt: skip
+    if job.precision is Precision.BF16_PURE:
+        raise unsupported(plan, "Megatron keeps fp32 master weights; precision bf16-pure has no equivalent — use bf16")
+    if plan.placement.device.value != "cuda":
+        raise unsupported(plan, "Megatron-LM runs on GPUs (NCCL); --device cpu rehearses with --to torchrun")
+    arch = resolve_model(job.model, get_catalog())
+    if arch.arch != "decoder":
+        raise unsupported(plan, f"pretrain_gpt.py builds decoders; the model is {arch.arch}")
+    if arch.position not in ("rope", "learned"):
+        raise unsupported(plan, f"Megatron's GPT has rope or learned positions; the model's are {arch.position}")
+    refused = {
+        "mla": "multi-head latent attention", "sliding_window": "a sliding attention window",
+        "final_logit_softcap": "logit soft-capping", "attention_sinks": "attention sinks",
+        "gelu_python": "transformers' Python GELU", "extra_embedding_params": "extra embedding parameters",
+    }  # fmt: skip
+    for field, what in refused.items():
+        if getattr(arch, field):
+            raise unsupported(plan, f"the model has {what} ({field}), which this Megatron-LM rendering has no switch for")
+    if arch.qk_norm == "full":
+        raise unsupported(plan, "the model normalises q and k over the full width (OLMoE); Megatron's --qk-layernorm "
+                                "normalises each head")  # fmt: skip
+    if arch.block_norms != 2:
+        raise unsupported(plan, "the model has four norms a block (Gemma 2/3), which Megatron's GPT layer does not build")
+    if arch.moe is not None and (arch.moe.shared_gate or arch.moe.router_bias or arch.moe.expert_bias):
+        raise unsupported(plan, "the model's experts have a shared-expert gate or biases, not rendered for Megatron-LM")
+    if arch.attention_bias == "qkvo":
+        raise unsupported(plan, "the model has an output-projection bias without the MLP's, not rendered for Megatron-LM")
+    return arch
+
+
+def _moe_layer_freq(arch: ModelArch) -> str:
+    """``--moe-layer-freq`` as the Python list Megatron evaluates: 1 for an MoE layer, 0 for a dense one."""
+    dense = set(arch.moe.dense_layers) if arch.moe else set()
+    flags = [0 if i in dense else 1 for i in range(arch.layers)]
+    return "[" + ",".join(map(str, flags)) + "]"
+
+
+def arguments(plan: LaunchPlan, arch: ModelArch) -> list[str]:
+    """``pretrain_gpt.py`` arguments for the plan (names as Megatron-LM's arguments.py declares them)."""
+    job, layout = plan.job, plan.layout
+    micro = job.micro_batch
+    global_batch = micro * plan.micro_steps * layout.data_parallel
+    heads_kv = arch.kv_heads or arch.heads
+    args = [
+        "--num-layers", str(arch.layers), "--hidden-size", str(arch.hidden),
+        "--num-attention-heads", str(arch.heads), "--ffn-hidden-size", str(arch.ffn_hidden),
+        "--seq-length", str(job.seq_len), "--max-position-embeddings", str(max(job.seq_len, arch.max_seq_len or 0)),
+        "--tensor-model-parallel-size", str(layout.tp), "--pipeline-model-parallel-size", str(layout.pp),
+        "--context-parallel-size", str(layout.cp),
+        "--micro-batch-size", str(micro), "--global-batch-size", str(global_batch),
+        "--train-iters", str(plan.config.total_steps), "--lr", f"{job.learning_rate:g}",
+        "--optimizer", "sgd" if job.optimizer is Optimizer.SGD else "adam",
+        "--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", str(arch.vocab),
+        "--save", str(plan.path("megatron")), "--seed", str(job.seed),
+    ]  # fmt: skip
+    if arch.head_dim and arch.head_dim * arch.heads != arch.hidden:
+        args += ["--kv-channels", str(arch.head_dim)]
+    if heads_kv != arch.heads:
+        args += ["--group-query-attention", "--num-query-groups", str(heads_kv)]
+    if arch.qk_norm == "head":
+        args.append("--qk-layernorm")  # a norm of q and of k over each head's channels (Qwen3), of --normalization's kind
+    if arch.mlp == "swiglu":
+        args.append("--swiglu")
+    if arch.norm == "rmsnorm":
+        args += ["--normalization", "RMSNorm"]
+    args += ["--position-embedding-type", "rope" if arch.position == "rope" else "learned_absolute"]
+    if not arch.tied_embeddings:
+        args.append("--untie-embeddings-and-output-weights")
+    if not arch.bias:
+        args.append("--disable-bias-linear")
+        if arch.attention_bias == "qkv":
+            args.append("--add-qkv-bias")
+    if arch.dropout == 0:
+        args += ["--attention-dropout", "0", "--hidden-dropout", "0"]
+    if layout.tp > 1 and layout.sequence_parallel:
+        args.append("--sequence-parallel")
+    if layout.pp > 1 and layout.vpp > 1:
+        args += ["--num-layers-per-virtual-pipeline-stage", str(arch.layers // (layout.pp * layout.vpp))]
+    if arch.moe is not None:
+        args += ["--num-experts", str(arch.moe.experts), "--moe-router-topk", str(arch.moe.top_k),
+                 "--moe-ffn-hidden-size", str(arch.moe.expert_ffn_hidden), "--moe-layer-freq", _moe_layer_freq(arch),
+                 "--expert-model-parallel-size", str(layout.ep), "--moe-token-dispatcher-type", "alltoall",
+                 "--moe-grouped-gemm"]  # fmt: skip
+        if arch.moe.shared_ffn_hidden:
+            args += ["--moe-shared-expert-intermediate-size", str(arch.moe.shared_ffn_hidden)]
+    if plan.strategy is Strategy.ZERO1:
+        args.append("--use-distributed-optimizer")
+    if job.precision in (Precision.BF16, Precision.FP8):
+        args.append("--bf16")
+    elif job.precision is Precision.FP16:
+        args.append("--fp16")
+    if job.precision is Precision.FP8:
+        args += ["--fp8-format", "hybrid"]  # Transformer Engine: E4M3 forward, E5M2 gradients (delayed scaling)
+    if job.activation_checkpointing is Checkpointing.SELECTIVE:
+        args += ["--recompute-granularity", "selective"]
+    elif job.activation_checkpointing is Checkpointing.FULL:
+        args += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    if plan.config.checkpoint_every:
+        args += ["--save-interval", str(plan.config.checkpoint_every)]
+    return args
+
+
+def _check_layers(plan: LaunchPlan, arch: ModelArch) -> None:
+    layout = plan.layout
+    stages = layout.pp * layout.vpp
+    if layout.pp > 1 and arch.layers % stages:
+        raise unsupported(plan, f"Megatron-LM splits the {arch.layers} layers evenly over pp × vpp = {stages} stages: "
+                                "choose a layout whose stages divide the layers")  # fmt: skip
+
+
+def render(plan: LaunchPlan) -> Rendered:
+    arch = check(plan)
+    _check_layers(plan, arch)
+    nodes = plan.placement.nodes
+    if nodes > 1 and not plan.options.master_addr:
+        raise SpecError(f"Megatron-LM on {nodes} nodes needs the rendezvous host (node 0's address)", field="--master-addr")
+    args = arguments(plan, arch)
+    env = {"PYTHONUNBUFFERED": "1", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}  # Megatron's TP/SP overlap expects 1
+    if plan.options.iface:
+        env["NCCL_SOCKET_IFNAME"] = plan.options.iface
+    commands = tuple(
+        Command(argv=tuple([*launcher_argv(plan, rank, master_addr=plan.options.master_addr), entry_point(), *args]), env=env,
+                cwd=plan.out, where=f"node {rank} of {nodes}" + (" (the rendezvous host)" if rank == 0 and nodes > 1 else ""))
+        for rank in range(nodes)
+    )  # fmt: skip
+    notes = [
+        f"Megatron-LM trains a {arch.layers}-layer GPT built from these arguments with {plan.layout.describe()}, "
+        f"from {entry_point()} (a Megatron-LM checkout at that path on every node; set {CHECKOUT_ENV} when rendering "
+        "to name another; it needs Transformer Engine and a PyTorch it supports)",
+        "data: --mock-data with NullTokenizer runs the plan's shape on random tokens; for a real run replace them by "
+        "--data-path (an indexed .bin/.idx prefix from tools/preprocess_data.py) and your tokenizer",
+        "Megatron pads the vocabulary to a multiple of --make-vocab-size-divisible-by (128) × tensor parallel: a few "
+        "embedding rows more than the plan counts",
+        f"optimizer: {'sgd' if plan.job.optimizer is Optimizer.SGD else 'adam (AdamW)'} at --lr "
+        f"{plan.job.learning_rate:g} and Megatron's defaults for the schedule, weight decay and clipping",
+    ]
+    if plan.job.stack.value != "plain":
+        notes.append(f"the plan was estimated for stack {plan.job.stack.value}; Megatron's loss and optimizer are its own")
+    if nodes > 1:
+        notes.append(f"Megatron saves checkpoints under {plan.path('megatron')}: storage every node sees")
+    files = base_files(plan)
+    files.pop(DS_CONFIG, None)  # ZeRO-1 is Megatron's distributed optimizer here, not DeepSpeed's
+    return Rendered(plan.target, files, commands, tuple(notes))
+
+
+# ---------------------------------------------------------------------------- Megatron Core's own checks
+
+#: pretrain_gpt.py flags and the TransformerConfig fields they set (Megatron-LM arguments.py core_transformer_config_from_args
+#: copies each parsed argument into the field of the same name; the few renamed ones are listed here).
+_FIELDS = {
+    "--num-layers": "num_layers", "--hidden-size": "hidden_size", "--num-attention-heads": "num_attention_heads",
+    "--ffn-hidden-size": "ffn_hidden_size", "--kv-channels": "kv_channels", "--num-query-groups": "num_query_groups",
+    "--tensor-model-parallel-size": "tensor_model_parallel_size",
+    "--pipeline-model-parallel-size": "pipeline_model_parallel_size",
+    "--context-parallel-size": "context_parallel_size", "--expert-model-parallel-size": "expert_model_parallel_size",
+    "--num-experts": "num_moe_experts", "--moe-router-topk": "moe_router_topk", "--moe-ffn-hidden-size": "moe_ffn_hidden_size",
+    "--moe-shared-expert-intermediate-size": "moe_shared_expert_intermediate_size",
+    "--moe-token-dispatcher-type": "moe_token_dispatcher_type", "--recompute-granularity": "recompute_granularity",
+    "--recompute-method": "recompute_method", "--recompute-num-layers": "recompute_num_layers",
+}  # fmt: skip
+_SWITCHES = {"--sequence-parallel": "sequence_parallel", "--swiglu": "gated_linear_unit", "--moe-grouped-gemm": "moe_grouped_gemm",
+             "--bf16": "bf16", "--fp16": "fp16", "--qk-layernorm": "qk_layernorm"}  # fmt: skip
+
+
+def megatron_core_available() -> bool:
+    return importlib.util.find_spec("megatron.core") is not None
+
+
+def transformer_config_kwargs(args: list[str]) -> dict[str, Any]:
+    """The ``TransformerConfig`` keyword arguments the rendered ``pretrain_gpt.py`` arguments set."""
+    import torch
+
+    kw: dict[str, Any] = {}
+    for i, flag in enumerate(args):
+        if flag in _FIELDS:
+            value = args[i + 1]
+            kw[_FIELDS[flag]] = int(value) if value.isdigit() else value
+        elif flag in _SWITCHES:
+            kw[_SWITCHES[flag]] = True
+    if "--moe-layer-freq" in args:
+        kw["moe_layer_freq"] = [int(x) for x in args[args.index("--moe-layer-freq") + 1].strip("[]").split(",")]
+    if "--num-layers-per-virtual-pipeline-stage" in args:
+        per_stage = int(args[args.index("--num-layers-per-virtual-pipeline-stage") + 1])
+        kw["virtual_pipeline_model_parallel_size"] = kw["num_layers"] // (per_stage * kw["pipeline_model_parallel_size"])
+    dtype = torch.bfloat16 if kw.get("bf16") else torch.float16 if kw.get("fp16") else torch.float32
+    kw["params_dtype"] = kw["pipeline_dtype"] = dtype  # arguments.py: params_dtype from --bf16 / --fp16
+    kw.setdefault("num_query_groups", None)
+    if "--disable-bias-linear" in args:
+        kw["add_bias_linear"] = False
+    return kw
+
+
+def check_with_megatron_core(args: list[str]) -> Any:
+    """Megatron Core's ``TransformerConfig`` built from the rendered arguments (its ``__post_init__`` checks run).
+
+    Raises :class:`SpecError` with Megatron's own message when it rejects the configuration."""
+    import warnings
+
+    try:
+        with warnings.catch_warnings():  # Megatron Core warns at import when Transformer Engine and Apex are absent
+            warnings.simplefilter("ignore")
+            from megatron.core.transformer.transformer_config import TransformerConfig
+
+            return TransformerConfig(**transformer_config_kwargs(args))
+    except (ValueError, AssertionError, TypeError) as exc:
+        raise SpecError(f"Megatron Core's TransformerConfig rejected the rendered configuration: {exc}", field="--to") from None
+
+
+def checked(plan: LaunchPlan, rendered: Rendered) -> Rendered:
+    """``rendered`` after Megatron Core has built its TransformerConfig from it (a note says so), or a note saying why not."""
+    if not megatron_core_available():
+        note = "not checked by Megatron Core here (pip install megatron-core to run its TransformerConfig checks first)"
+        return Rendered(rendered.target, rendered.files, rendered.commands, (*rendered.notes, note), rendered.executable)
+    argv = list(rendered.commands[0].argv)
+    start = next(i for i, a in enumerate(argv) if a.endswith(ENTRY)) + 1
+    check_with_megatron_core(argv[start:])
+    note = "checked: Megatron Core's TransformerConfig accepted the layout and model arguments"
+    return Rendered(rendered.target, rendered.files, rendered.commands, (*rendered.notes, note), rendered.executable)

@@ -1,0 +1,161 @@
+"""`trainplan launch --to megatron`: the plan's tensor / pipeline / context / expert-parallel layout as Megatron-LM
+`pretrain_gpt.py` arguments, built into Megatron Core's own TransformerConfig (whose checks run) before anything is
+written.  Megatron Core (`pip install megatron-core`, the `megatron` extra) is installed by .ci/run; under CI a
+missing one fails the tests that need it instead of skipping them."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from conftest import write_job
+
+from trainplan.cli.main import main
+from trainplan.errors import SpecError
+from trainplan.run.targets import LaunchOptions, LaunchRequest, Target, prepare_launch
+from trainplan.run.targets.megatron import (
+    arguments,
+    check,
+    check_with_megatron_core,
+    megatron_core_available,
+    render,
+    transformer_config_kwargs,
+)
+from trainplan.measure.probe import Accelerator
+from trainplan.run.targets.plan import resolve_launch
+from trainplan.spec import Method, Precision
+from trainplan.strategies import Strategy
+
+PRETRAIN_70B = {
+    "name": "l70", "kind": "transformer", "model": "llama-3.1-70b", "task": "pretrain", "method": "full",
+    "seq_len": 4096, "micro_batch": 1, "global_batch": 64, "precision": "bf16", "optimizer": "adamw",
+    "activation_checkpointing": "selective", "steps": 50,
+}  # fmt: skip
+DEGREES = ("tp", "pp", "vpp", "cp", "ep", "sequence_parallel")
+NODE0 = LaunchOptions(master_addr="10.0.0.1")
+
+
+def need_megatron_core() -> None:
+    if megatron_core_available():
+        return
+    if os.environ.get("CI"):
+        pytest.fail("megatron-core is not importable: .ci/run installs the megatron extra")
+    pytest.skip("megatron-core is not installed here (pip install -e '.[megatron]')")
+
+
+def resolve(tmp_path: Path, job: dict, **request):
+    degrees = {k: request.pop(k) for k in DEGREES if k in request}
+    path = write_job(tmp_path / "job.yaml", job)
+    req = LaunchRequest(job_path=path, target=Target.MEGATRON, out=tmp_path / "out", checkpoint_minutes=None,
+                        degrees=degrees, **request)  # fmt: skip
+    return resolve_launch(req)
+
+
+def args_of(argv: tuple[str, ...]) -> dict[str, str]:
+    """``--flag value`` pairs after pretrain_gpt.py (a switch maps to "")."""
+    rest = list(argv[next(i for i, a in enumerate(argv) if a.endswith("pretrain_gpt.py")) + 1:])
+    out: dict[str, str] = {}
+    while rest:
+        flag = rest.pop(0)
+        out[flag] = rest.pop(0) if rest and not rest[0].startswith("--") else ""
+    return out
+
+
+def test_a_dense_layout_is_rendered_as_megatron_arguments(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="rendezvous host"):
+        render(resolve(tmp_path, PRETRAIN_70B, gpu="H100-80GB", gpus=8, nodes=4, tp=8, pp=4, sequence_parallel=True,
+                       strategy="zero1"))  # fmt: skip
+    plan = resolve(tmp_path, PRETRAIN_70B, gpu="H100-80GB", gpus=8, nodes=4, tp=8, pp=4, vpp=2, sequence_parallel=True,
+                   strategy="zero1", options=NODE0)  # fmt: skip
+    rendered = render(plan)
+    assert len(rendered.commands) == 4 and "--node-rank=3" in rendered.commands[3].argv
+    a = args_of(rendered.commands[0].argv)
+    # Llama 3.1 70B: 80 layers, 8192 wide, 64 heads in 8 KV groups, SwiGLU 28672, RMSNorm, rope, untied head
+    assert (a["--num-layers"], a["--hidden-size"], a["--num-attention-heads"], a["--ffn-hidden-size"]) == ("80", "8192", "64", "28672")
+    assert a["--num-query-groups"] == "8" and "--group-query-attention" in a and "--swiglu" in a
+    assert a["--normalization"] == "RMSNorm" and a["--position-embedding-type"] == "rope"
+    assert "--untie-embeddings-and-output-weights" in a and "--disable-bias-linear" in a
+    # 32 GPUs = tp 8 × pp 4 × dp 1; 80 layers over 4 × 2 virtual stages = 10 a stage
+    assert (a["--tensor-model-parallel-size"], a["--pipeline-model-parallel-size"]) == ("8", "4")
+    assert a["--num-layers-per-virtual-pipeline-stage"] == "10" and "--sequence-parallel" in a
+    assert (a["--micro-batch-size"], a["--global-batch-size"], a["--seq-length"]) == ("1", "64", "4096")
+    assert "--use-distributed-optimizer" in a and "--bf16" in a and a["--recompute-granularity"] == "selective"
+    assert a["--train-iters"] == "50" and a["--vocab-size"] == "128256" and "--mock-data" in a
+    assert "ds_config.json" not in rendered.files  # ZeRO-1 is Megatron's distributed optimizer here
+
+
+def test_experts_and_dense_layers_are_rendered(tmp_path: Path) -> None:
+    moe = {"layers": 4, "hidden": 256, "heads": 8, "kv_heads": 2, "ffn_hidden": 1024, "vocab": 1000,
+           "moe": {"experts": 8, "top_k": 2, "expert_ffn_hidden": 128, "shared_ffn_hidden": 256, "dense_layers": [0]}}  # fmt: skip
+    job = {**PRETRAIN_70B, "model": moe, "activation_checkpointing": "full"}
+    plan = resolve(tmp_path, job, gpu="H100-80GB", gpus=8, ep=4, strategy="ddp")
+    a = args_of(render(plan).commands[0].argv)
+    assert (a["--num-experts"], a["--moe-router-topk"], a["--moe-ffn-hidden-size"]) == ("8", "2", "128")
+    assert a["--moe-shared-expert-intermediate-size"] == "256" and a["--moe-layer-freq"] == "[0,1,1,1]"
+    assert a["--expert-model-parallel-size"] == "4" and a["--moe-token-dispatcher-type"] == "alltoall"
+    assert (a["--recompute-granularity"], a["--recompute-method"], a["--recompute-num-layers"]) == ("full", "uniform", "1")
+    assert "--use-distributed-optimizer" not in a
+
+
+SMALL = {"layers": 4, "hidden": 256, "heads": 8, "kv_heads": 2, "ffn_hidden": 1024, "vocab": 1000}
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"method": Method.LORA}, "method lora runs with --to torchrun"),
+    ({"model": "deepseek-v3"}, "multi-head latent attention"),
+    ({"model": "gemma-2-9b"}, "a sliding attention window"),
+    ({"model": "olmoe-1b-7b"}, "normalises q and k over the full width"),
+    ({"precision": Precision.BF16_PURE}, "bf16-pure has no equivalent"),
+    ({"strategy": Strategy.FSDP}, "pick a ddp or zero1 option"),
+    ({"device": Accelerator.CPU}, "--device cpu rehearses with --to torchrun"),
+])  # fmt: skip
+def test_what_megatron_lm_cannot_run_is_one_line(tmp_path: Path, change, message) -> None:
+    plan = resolve(tmp_path, {**PRETRAIN_70B, "model": SMALL}, gpu="H100-80GB", gpus=8, strategy="ddp")
+    render(plan)  # the small model itself renders
+    if "strategy" in change:
+        plan = replace(plan, strategy=change["strategy"])
+    elif "device" in change:
+        plan = replace(plan, placement=replace(plan.placement, device=change["device"]))
+    else:
+        plan = replace(plan, job=plan.job.model_copy(update=change))
+    with pytest.raises(SpecError) as err:
+        render(plan)
+    assert message in str(err.value) and err.value.field == "--to" and "\n" not in str(err.value)
+
+
+def test_the_cli_refuses_a_cpu_rehearsal_in_one_line_and_writes_nothing(tmp_path: Path, capsys) -> None:
+    path = write_job(tmp_path / "job.yaml", {**PRETRAIN_70B, "model": SMALL})
+    code = main(["launch", str(path), "--to", "megatron", "--gpu", "H100-80GB", "--gpus", "8", "--tp", "2",
+                 "--strategy", "zero1", "--device", "cpu", "--out", str(tmp_path / "out")])  # fmt: skip
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --to: megatron cannot run this plan") and "--device cpu" in err and "\n" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_megatron_core_reads_the_rendered_arguments(tmp_path: Path) -> None:
+    need_megatron_core()
+    plan = resolve(tmp_path, PRETRAIN_70B, gpu="H100-80GB", gpus=8, nodes=4, tp=8, pp=4, vpp=2, sequence_parallel=True,
+                   strategy="zero1", options=NODE0)  # fmt: skip
+    path = write_job(tmp_path / "job.yaml", PRETRAIN_70B)
+    request = LaunchRequest(job_path=path, target=Target.MEGATRON, out=tmp_path / "out2", checkpoint_minutes=None,
+                            gpu="H100-80GB", gpus=8, nodes=4, strategy="zero1", options=NODE0,
+                            degrees={"tp": 8, "pp": 4, "vpp": 2, "sequence_parallel": True})  # fmt: skip
+    _, rendered = prepare_launch(request)
+    assert rendered.notes[-1].startswith("checked: Megatron Core's TransformerConfig accepted")
+    config = check_with_megatron_core(arguments(plan, check(plan)))
+    assert (config.tensor_model_parallel_size, config.pipeline_model_parallel_size) == (8, 4)
+    assert config.virtual_pipeline_model_parallel_size == 2 and config.sequence_parallel
+    assert config.num_query_groups == 8 and config.gated_linear_unit and config.recompute_granularity == "selective"
+
+
+def test_megatron_core_s_own_checks_refuse_a_bad_layout_in_one_line() -> None:
+    need_megatron_core()
+    args = ["--num-layers", "32", "--hidden-size", "4096", "--num-attention-heads", "30",
+            "--tensor-model-parallel-size", "8", "--pipeline-model-parallel-size", "1", "--bf16"]  # fmt: skip
+    assert transformer_config_kwargs(args)["num_attention_heads"] == 30
+    with pytest.raises(SpecError) as err:
+        check_with_megatron_core(args)
+    assert "Megatron Core's TransformerConfig rejected" in str(err.value) and "multiple of tensor_model_parallel_size" in str(err.value)
