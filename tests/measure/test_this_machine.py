@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +29,15 @@ def profile(*, host: str | None = None, gpus: list[dict[str, Any]] | None = None
         "cpu_model": cpu_model_name(), "cpu_cores": usable_cores(), "logical_cpus": usable_cores(), "memory_gib": 64.0,
         "accelerator": "cuda" if gpus else "cpu", "gpus": gpus or [], "nvml": {"links": links or []},
     }  # fmt: skip
-    ms = tuple(Measurement(name, value, "", device, "test") for name, (value, device) in (measured or {}).items())
+    ms = tuple(Measurement(name, value, unit_of(name), device, "test") for name, (value, device) in (measured or {}).items())
     return HardwareProfile(recorded_at="2026-12-03T08:00:00+00:00", host=host or this_host(), hardware_id="test",
                            machine=machine, measurements=ms)  # fmt: skip
+
+
+def unit_of(name: str) -> str:
+    from trainplan.measure.microbench import tabular_rate_unit
+
+    return tabular_rate_unit(name.removeprefix("tabular_")) if name.startswith("tabular_") else ""
 
 
 def mine(plan: Any) -> list[Any]:
@@ -58,6 +65,17 @@ def test_tabular_job_uses_measured_rate_and_says_so() -> None:
     # other options keep their own (catalog) rates
     others = {(x.hardware.label, x.strategy): x.train_s for x in plain.options if not is_this_machine(x.hardware)}
     assert all(others[(x.hardware.label, x.strategy)] == x.train_s for x in measured.options if not is_this_machine(x.hardware))
+
+
+def test_a_rate_probed_under_the_earlier_cost_model_is_not_applied() -> None:
+    """XGBoost's probe rate was ns per cell of the one-rate model (unit "ns/cell") before the per-term model: in the
+    new unit it would price this machine ~5× too slow, so it is left out until the machine is probed again."""
+    job = load_job(EXAMPLES / "xgboost-10m.yaml")
+    old = profile(measured={"tabular_xgboost": (2.5, "cpu")})
+    old = replace(old, measurements=tuple(replace(m, unit="ns/cell") for m in old.measurements))
+    assert measured_rate_lookup(job, old) is None
+    new = profile(measured={"tabular_xgboost": (2.5, "cpu")})
+    assert measured_rate_lookup(job, new)(this_machine_hardware(new, get_catalog())) == 2.5
 
 
 def test_profile_of_another_host_is_not_used() -> None:

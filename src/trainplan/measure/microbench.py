@@ -319,6 +319,16 @@ def _library_installed(library: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
+def tabular_rate_unit(library: str) -> str:
+    """The unit of a measured tabular rate: ns per cell, qualified by the cost model's work unit where it is not the
+    original one (:func:`trainplan.estimate.tabular.tabular_work_unit`), so a rate probed under an earlier model is
+    recognised and not applied."""
+    from trainplan.estimate.tabular import tabular_work_unit
+
+    unit = tabular_work_unit(library)
+    return "ns/cell" if unit is None else f"ns/cell ({unit})"
+
+
 def tabular_ns_per_cell(library: str, *, shape: dict[str, int] | None = None, repeats: int = 3,
                         min_extra_s: float = 0.5, max_trees: int = 2048) -> Measurement:  # fmt: skip
     """Per-core rate of ``library``: ns per unit of work on one thread, the unit of tabular_rates.csv.
@@ -333,7 +343,7 @@ def tabular_ns_per_cell(library: str, *, shape: dict[str, int] | None = None, re
     t0 = time.perf_counter()
     name = f"tabular_{library}"
     if not _library_installed(library):
-        return Measurement(name, None, "ns/cell", "cpu", "", note=f"{library} is not installed (pip install 'trainplan[tabular]')")
+        return Measurement(name, None, tabular_rate_unit(library), "cpu", "", note=f"{library} is not installed (pip install 'trainplan[tabular]')")
     import statistics
 
     import numpy as np
@@ -367,7 +377,7 @@ def tabular_ns_per_cell(library: str, *, shape: dict[str, int] | None = None, re
     method = (f"{library} {sh['rows']:,} x {sh['features']} depth {sh['depth']}, 1 thread: {few_trees} vs {more_trees} "
               f"trees, {len(pairs)} pairs, extra time median {extra:.2f} s")  # fmt: skip
     if not rates:
-        return Measurement(name, None, "ns/cell", "cpu", method, time.perf_counter() - t0,
+        return Measurement(name, None, tabular_rate_unit(library), "cpu", method, time.perf_counter() - t0,
                            "more trees took no longer (machine busy?); rate not measured")  # fmt: skip
     value = statistics.median(rates)
     spread = (max(rates) - min(rates)) / value if len(rates) > 1 else None
@@ -376,7 +386,7 @@ def tabular_ns_per_cell(library: str, *, shape: dict[str, int] | None = None, re
     note = None
     if extra < min_extra_s:
         note = f"extra time {extra:.2f} s < {min_extra_s:g} s even at {more_trees} trees: a noisy figure"
-    return Measurement(name, value, "ns/cell", "cpu", method, time.perf_counter() - t0, note, spread)
+    return Measurement(name, value, tabular_rate_unit(library), "cpu", method, time.perf_counter() - t0, note, spread)
 
 
 # ----------------------------------------------------------------------------- the whole probe

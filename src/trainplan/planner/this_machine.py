@@ -145,8 +145,12 @@ def measured_rate_lookup(job: Job, profile: HardwareProfile | None = None,
                          fallback: Callable[[Hardware], float | None] | None = None) -> Callable[[Hardware], Any] | None:  # fmt: skip
     """An ``efficiency_for`` giving the probe's per-core rate for a tabular job on this machine's CPUs,
     and ``fallback``'s answer for every other option (None without a profile or a measured rate)."""
+    from trainplan.measure.microbench import tabular_rate_unit
+
     prof = profile or (profile_for_this_machine() if isinstance(job, TabularJob) else None)
-    rate = prof.figure(f"tabular_{job.library.value}") if prof is not None and isinstance(job, TabularJob) else None
+    measured = prof.measurement(f"tabular_{job.library.value}") if prof is not None and isinstance(job, TabularJob) else None
+    # a rate probed under an earlier cost model is in another unit: not applied (probe again)
+    rate = measured.value if measured is not None and measured.unit == tabular_rate_unit(job.library.value) else None
     if rate is None:
         return fallback
 
