@@ -69,3 +69,30 @@ def test_a_multi_gpu_xgboost_option_renders_one_gpu_worker_per_gpu(tmp_path: Pat
     assert any("dask-cuda" in n for n in rendered.notes)
     with pytest.raises(SpecError, match="launch it with --to dask"):
         render_to(job, "skypilot", tmp_path / "sky", instance="p4d.24xlarge")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("library", ["xgboost", "lightgbm"])
+def test_a_multi_machine_option_trains_one_model_on_the_clusters_workers(tmp_path: Path, library: str) -> None:
+    """A dask-cpu option (one model over 2 machines): without the cluster's address it is one line naming --address;
+    with it, the driver trains on that scheduler's workers — here a LocalCluster of two worker processes standing in
+    for the two machines."""
+    from distributed import LocalCluster
+
+    from trainplan.errors import SpecError
+
+    job = write_job(tmp_path / "job.yaml", TABULAR_JOB, library=library)
+    with pytest.raises(SpecError) as err:
+        render_to(job, "dask", tmp_path / "none", instance="c5.4xlarge", nodes=2)
+    assert err.value.field == "--address" and "over 2 machines" in str(err.value)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        plan, rendered = render_to(job, "dask", tmp_path / "run", instance="c5.4xlarge", nodes=2,
+                                   options={"address": cluster.scheduler_address})  # fmt: skip
+        assert plan.placement.nodes == 2 and any("each run one Dask worker" in n for n in rendered.notes)
+        (cmd,) = rendered.commands
+        with processes() as procs:
+            procs.start(cmd.argv, env=cmd.env, cwd=cmd.cwd, log=tmp_path / "dask.log")
+            codes = procs.wait_all(timeout=240)
+    assert codes == [0], logs(tmp_path / "dask.log")
+    result = json.loads((plan.out / "dask_result.json").read_text())
+    assert result["workers"] == 2 and result["rounds"] == 15

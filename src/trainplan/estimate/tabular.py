@@ -44,6 +44,11 @@ GPU_LIBRARIES = (TabularLibrary.XGBOOST, TabularLibrary.LIGHTGBM, TabularLibrary
 # one model over several GPUs of a node: xgboost.dask, one worker per GPU (XGBoost docs "Distributed XGBoost with
 # Dask", GPU section: one worker per GPU with dask_cuda's LocalCUDACluster)
 MULTI_GPU_LIBRARIES = (TabularLibrary.XGBOOST,)
+# one model over several CPU machines, data parallel: xgboost.dask and LightGBM's Dask estimators (one worker a node)
+MULTI_NODE_LIBRARIES = (TabularLibrary.XGBOOST, TabularLibrary.LIGHTGBM)
+#: CPU machines a multi-node tabular option is planned on, at most: LightGBM's published data-parallel run stops at 16
+#: (docs/Experiments.rst, Criteo), and no published XGBoost / LightGBM run beyond it was found to check the model on.
+MAX_TABULAR_NODES = 16
 
 
 def gbdt_cells(*, rows: int, features: int, depth: int, trees: int, classes: int = 1) -> float:
@@ -287,6 +292,18 @@ def _rate(catalog: Catalog, library: TabularLibrary, device: str) -> TabularRate
         raise CatalogError(f"no {device} rate for {library.value} in tabular_rates.csv") from None
 
 
+def histogram_sync(job: TabularJob) -> tuple[float, float]:
+    """(bytes, ring volume factor) of the histogram exchange per boosting round when one model trains data parallel.
+
+    XGBoost all-reduces every built node's histograms (factor 2, :func:`histogram_allreduce_bytes`); LightGBM's data
+    parallel learner reduce-scatters them instead — each machine gets the summed histograms of its share of the
+    features, finds their best split, and only the best splits are gathered (Ke et al. 2017, Sec. 5 and LightGBM docs
+    "Features: Optimization in Parallel Learning": "Use Reduce Scatter to merge histograms of different
+    (non-overlapping) features for different machines"): factor 1 over the same bytes."""
+    factor = 1.0 if job.library is TabularLibrary.LIGHTGBM else 2.0
+    return histogram_allreduce_bytes(job), factor
+
+
 def histogram_allreduce_bytes(job: TabularJob) -> float:
     """Bytes of histograms the workers all-reduce per boosting round when one XGBoost model trains over several
     GPUs: each worker builds its rows' histograms and an all-reduce sums them before each level's split search
@@ -302,8 +319,10 @@ def histogram_allreduce_bytes(job: TabularJob) -> float:
 
 def tabular_reason(job: TabularJob, hw: Hardware) -> Rejection | None:
     """Why a tabular job should not run on ``hw`` (one machine: a CPU instance or one GPU)."""
-    if hw.layout.nodes > 1:
-        return Rejection(RejectKind.WASTE, "a tabular job runs on one machine here; several nodes only add start-up and cost")
+    if hw.layout.nodes > 1 and (hw.accelerator is not None or job.library not in MULTI_NODE_LIBRARIES):
+        return Rejection(RejectKind.WASTE, f"{job.library.value} trains on one machine here (XGBoost and LightGBM train one "
+                                           "model over several CPU machines through Dask); several nodes only add "
+                                           "start-up and cost")  # fmt: skip
     if hw.accelerator is not None:
         if hw.accelerator.kind == "tpu":
             return Rejection(RejectKind.PLATFORM, "no GBDT library trains on TPUs")
@@ -349,6 +368,32 @@ def estimate_tabular(job: TabularJob, hw: Hardware, catalog: Catalog, *, ns_per_
             notes.append(f"one model over {gpus} GPUs with xgboost.dask (one worker per GPU, rows split): "
                          f"{sync_s:.1f} s of histogram all-reduce per fit; per-round Dask overheads not modelled")  # fmt: skip
         train_s = folds * fit_s  # folds run one after another on the GPU(s)
+    elif hw.layout.nodes > 1 and reason is None:
+        # one model over the machines, data parallel (xgboost.dask / LightGBM Dask, one worker a node): each machine
+        # bins and builds the histograms of its share of the rows and scans every split; the histograms are summed
+        # over the network each round; folds one after another, each over every machine
+        rate = _rate(catalog, job.library, "cpu")
+        nodes = hw.layout.nodes
+        cells = work_cells(job, rows=math.ceil(fit_rows(job) / nodes), rate=rate)
+        ns = ns_per_cell if ns_per_cell is not None else rate.ns_per_cell
+        from trainplan.estimate.comms import collective_seconds
+        from trainplan.estimate.hardware import Layout
+        from trainplan.estimate.steptime import links_for
+
+        sync_bytes, factor = histogram_sync(job)
+        try:
+            sync_s = rounds_per_fit(job) * collective_seconds(sync_bytes, factor, Layout(1, nodes), links_for(hw, catalog))
+        except ValueError:
+            sync_s = 0.0
+            reason = Rejection(RejectKind.MISSING_FIGURE, f"{hw.label} has no network bandwidth in the catalog for the "
+                                                          "histogram exchange")  # fmt: skip
+        fit_s = cells * ns * 1e-9 / amdahl_speedup(cores, rate.serial_fraction) + sync_s
+        parallel_fits = 1
+        train_s = folds * fit_s
+        strategy = "dask-cpu"
+        dask_name = "xgboost.dask" if job.library is TabularLibrary.XGBOOST else "LightGBM's Dask estimator"
+        notes.append(f"one model over {nodes} machines with {dask_name} (data parallel, one worker a machine): "
+                     f"{sync_s:.1f} s of histogram exchange per fit; Dask's per-round overheads not modelled")  # fmt: skip
     else:
         rate = _rate(catalog, job.library, "cpu")
         cells = work_cells(job, rate=rate)
@@ -360,7 +405,9 @@ def estimate_tabular(job: TabularJob, hw: Hardware, catalog: Catalog, *, ns_per_
         strategy = "cpu"
         if parallel_fits > 1:
             notes.append(f"{parallel_fits} folds in parallel, {cores_per_fit:.0f} cores each")
-    host = host_memory_bytes(job, parallel_fits, copy_bytes=library_copy_bytes(job, catalog))
+    nodes = hw.layout.nodes if strategy == "dask-cpu" else 1
+    share = job if nodes == 1 else job.model_copy(update={"rows": math.ceil(job.rows / nodes)})  # a machine's rows
+    host = host_memory_bytes(share, parallel_fits, copy_bytes=library_copy_bytes(job, catalog))
     ram = hw.ram_gib_per_node
     usable = ram * GIB * catalog.assumption("host_ram_usable_fraction")
     mem, capacity = host, ram
@@ -377,7 +424,7 @@ def estimate_tabular(job: TabularJob, hw: Hardware, catalog: Catalog, *, ns_per_
                 needed=mem.peak, available=capacity * GIB, unit="bytes",
             )  # fmt: skip
     if reason is None and host.peak > usable:
-        reason = Rejection(RejectKind.HOST_MEMORY, f"needs {host.peak / GIB:.1f} GiB RAM > {ram:.0f} GiB on {hw.label}",
+        reason = Rejection(RejectKind.HOST_MEMORY, f"needs {host.peak / GIB:.1f} GiB RAM > {usable / GIB:.1f} GiB usable of {ram:.0f} GiB on {hw.label}",
                            needed=host.peak, available=usable, unit="bytes")
     timing = job_timing(hw, train_s=train_s)
     samples = fit_rows(job) * folds  # training rows fitted, all folds

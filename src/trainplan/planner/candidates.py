@@ -14,6 +14,7 @@ from trainplan.estimate.hardware import (
 )
 from trainplan.planner.local import with_measured_cpu
 from trainplan.planner.this_machine import this_machine_candidates
+from trainplan.estimate.tabular import MAX_TABULAR_NODES, MULTI_NODE_LIBRARIES
 from trainplan.spec import Constraints, Job, TabularJob, TorchJob, TransformerJob
 from trainplan.strategies import Strategy, strategies_for
 
@@ -61,6 +62,9 @@ def candidates(job: Job, catalog: Catalog) -> Iterator[tuple[Hardware, Strategy 
         spot = c.spot and inst.cloud != "local"
         if isinstance(job, TabularJob):
             yield hardware_for_instance(inst, catalog, spot=spot), None
+            if inst.accelerator is None and inst.cloud != "local" and inst.network_gbps and job.library in MULTI_NODE_LIBRARIES:
+                for nodes in (2, 4, 8, MAX_TABULAR_NODES):  # one model over several machines (xgboost.dask, LightGBM Dask)
+                    yield hardware_for_instance(inst, catalog, nodes=nodes, spot=spot), None
             continue
         if inst.accelerator is None and isinstance(job, (TransformerJob, TorchJob)):
             # CPUs: one process on every core (estimate/cpu.py)

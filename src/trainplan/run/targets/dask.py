@@ -9,6 +9,7 @@ torchrun, DeepSpeed, Ray, SLURM or SkyPilot.
 
 from __future__ import annotations
 
+from trainplan.errors import SpecError
 from trainplan.run.targets.base import Command, LaunchPlan, Rendered, unsupported
 from trainplan.run.targets.common import RUN_JSON, base_files, python
 from trainplan.run.targets.tabular import header, library_params
@@ -121,8 +122,14 @@ def render(plan: LaunchPlan) -> Rendered:
     check(plan)
     p = plan.placement
     gpus = p.gpu is not None and plan.job.library is TabularLibrary.XGBOOST  # XGBoost on the option's GPUs
-    workers = plan.options.workers or p.world_size
-    threads = max(1, p.cpus_per_node // workers)
+    if p.nodes > 1:  # one model over several machines (the plan's dask-cpu option): a worker on each, all its cores
+        if not plan.options.address:
+            raise SpecError(f"the option trains one model over {p.nodes} machines: give the scheduler of a Dask cluster "
+                            f"with a worker on each (--address tcp://HOST:8786)", field="--address")  # fmt: skip
+        workers, threads = plan.options.workers or p.nodes, p.cpus_per_node
+    else:
+        workers = plan.options.workers or p.world_size
+        threads = max(1, p.cpus_per_node // workers)
     params = library_params(plan.job, threads)
     if gpus:
         params = {**params, "device": "cuda"}  # XGBoost >= 2.0: hist on the worker's GPU
@@ -143,6 +150,10 @@ def render(plan: LaunchPlan) -> Rendered:
     argv = (python(plan), str(plan.path(DRIVER)), *([address] if address else []))
     kind = f"a LocalCUDACluster of {workers} GPU workers" if gpus else f"a LocalCluster of {workers} workers"
     where = f"this machine, as a client of the scheduler at {address}" if address else f"this machine ({kind})"
-    notes = (("the GPU workers need dask-cuda beside xgboost (pip install dask-cuda) on the machine or cluster",)
-             if gpus else ())  # fmt: skip
+    notes: tuple[str, ...] = (("the GPU workers need dask-cuda beside xgboost (pip install dask-cuda) on the machine or cluster",)
+                              if gpus else ())  # fmt: skip
+    if p.nodes > 1:
+        notes += (f"the plan's {p.nodes} machines each run one Dask worker with {threads} threads "
+                  f"(dask worker {address} --nworkers 1 --nthreads {threads}); the driver loads the whole table on "
+                  "this machine and scatters it to them, so it needs the RAM of the data once",)  # fmt: skip
     return Rendered(plan.target, files, (Command(argv=argv, where=where, cwd=plan.out),), notes)
