@@ -339,3 +339,25 @@ def test_bad_layouts_get_one_line_and_exit_2(capsys: pytest.CaptureFixture[str],
     lines = [ln for ln in err.strip().splitlines() if ln]
     assert len(lines) == 1 and lines[0].startswith(f"error: {field}:"), err
     assert "Traceback" not in err
+
+
+def test_fsdp_gathers_only_the_local_experts_of_an_moe_block_under_expert_parallel() -> None:
+    """DeepSeek-V3's MoE block holds 256 routed experts (11.3B parameters); with ep 64 a rank's FSDP all-gather brings
+    its 4 (torchtitan and AutoModel shard the experts over their own data-parallel ranks), not all 256 — counted
+    whole, the gather buffers alone were 69 GB and NeMo AutoModel's published 256-GPU run read "does not fit"."""
+    from trainplan.estimate.architecture import largest_block_params
+    from trainplan.estimate.compose import local_block_params
+
+    cat = get_catalog()
+    job = parse_job({"kind": "transformer", "model": "deepseek-v3", "method": "full", "seq_len": 4096, "micro_batch": 1,
+                     "steps": 10, "precision": "bf16", "activation_checkpointing": "full"})  # fmt: skip
+    split = transformer_profile(job, cat).split
+    from trainplan.catalog import resolve_model
+
+    largest = largest_block_params(resolve_model("deepseek-v3", cat))
+    per_layer_experts = split.expert_params / (split.moe_layers + split.extra_last_layers)  # 58 + the MTP block
+    assert per_layer_experts == pytest.approx(256 * 3 * 7168 * 2048)
+    assert local_block_params(largest, split, Layout(gpus_per_node=8, nodes=32)) == largest  # ep 1: the block whole
+    ep64 = local_block_params(largest, split, Layout(gpus_per_node=8, nodes=32, pp=4, ep=64))
+    assert ep64 == pytest.approx(largest - per_layer_experts * 63 / 64)
+    assert local_block_params(largest, split, Layout(gpus_per_node=8, tp=2, ep=4)) == pytest.approx((largest - per_layer_experts * 3 / 4) / 2)

@@ -10,6 +10,8 @@ in ``compat.py``.
 
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import replace
 
 from trainplan.catalog import Catalog
@@ -147,6 +149,7 @@ def parallel_step_memory(job: TorchJob | TransformerJob, profile: StepProfile, h
     engine = strategy.engine
     p = profile.params
     shard_over = layout.data_parallel * layout.cp
+    gathered_block = local_block_params(p.largest_block, profile.split, layout)
     peaks = []
     for load in stage_loads(profile.split, layout, micro_steps):
         common = dict(frozen_bytes=0.0, precision=job.precision, optimizer=job.optimizer, strategy=strategy,
@@ -164,7 +167,7 @@ def parallel_step_memory(job: TorchJob | TransformerJob, profile: StepProfile, h
         local = load.dense_params + load.expert_params
         share = local / max(1, p.total)
         autocast = profile.memory.autocast_copies * share if engine is Engine.TORCH else 0.0
-        forward_temporaries = autocast + sharding_buffer_bytes(strategy, largest_block_params=p.largest_block / layout.tp,
+        forward_temporaries = autocast + sharding_buffer_bytes(strategy, largest_block_params=gathered_block,
                                                                world_size=shard_over, compute_bytes=job.precision.compute_bytes)  # fmt: skip
         optimizer_temporaries = 0.0 if engine is Engine.DEEPSPEED else (
             profile.memory.optimizer_temporaries * share / (shard_over if strategy.shards_optimizer else 1))
@@ -173,6 +176,19 @@ def parallel_step_memory(job: TorchJob | TransformerJob, profile: StepProfile, h
                            catalog, world_size=layout.world_size,
                            grads_live_in_forward=micro_steps > 1 or engine is Engine.DEEPSPEED))  # fmt: skip
     return max(peaks, key=lambda m: m.peak)
+
+
+def local_block_params(largest_block: float, split: Any, layout: Any) -> float:
+    """Parameters of the largest block one rank gathers under FSDP / ZeRO-3 in a model-parallel layout: its
+    tensor-parallel shard, and of an MoE block's routed experts only the 1/ep this rank holds — torchtitan and NeMo
+    AutoModel shard the experts with FSDP over their own (expert) data-parallel ranks, so the all-gather of an MoE
+    block brings the local experts, not all of them (torchtitan ``parallelize.py`` ``apply_fsdp``: the experts are
+    wrapped apart, over the ``dp_shard_mod_ep`` mesh; Liu et al. 2025, arXiv 2504.14960, MoE parallel folding)."""
+    if layout.ep > 1 and split.moe_layers:
+        # the routed experts of every MoE block, DeepSeek-V3's multi-token-prediction block (an MoE block) included
+        per_layer_experts = split.expert_params / (split.moe_layers + split.extra_last_layers)
+        largest_block = max(largest_block - per_layer_experts * (1 - 1 / layout.ep), split.block_params / split.layers)
+    return largest_block / layout.tp
 
 
 def _peak(states: ModelStates, activations: float, forward_temporaries: float, optimizer_temporaries: float,
