@@ -54,3 +54,9 @@ def test_a_table_no_machine_holds_is_planned_over_several() -> None:
     assert plan.options and all(e.strategy == "dask-cpu" for e in plan.options)
     assert {e.hardware.layout.nodes for e in plan.options} <= {2, 4, 8, MAX_TABULAR_NODES}
     assert all(e.memory.peak <= e.hardware.ram_gib_per_node * 2**30 for e in plan.options)
+
+
+def test_the_histogram_exchange_is_shown_apart() -> None:
+    b = estimate_tabular(_job(), _hw(8), get_catalog()).time_breakdown
+    compute = sum(b[t] for t in ("histogram_s", "split_scans_s", "row_passes_s", "binning_s"))
+    assert b["histogram_exchange_s"] > 0 and compute + b["histogram_exchange_s"] == pytest.approx(b["fit_s"])

@@ -97,3 +97,16 @@ def test_run_trains_a_sparse_matrix_and_refuses_a_table_file_said_to_be_sparse(t
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert "error: density: 0.02 describes a sparse matrix" in refused.stderr
     assert not (tmp_path / "run2").exists()
+
+
+def test_the_estimate_says_where_a_fit_s_time_goes() -> None:
+    """A wide sparse table with few rows is split-scan bound (nodes × features × bins), a long dense one histogram
+    bound; the terms add up to the fit."""
+    cat = get_catalog()
+    machine = local_cpu_hardware(8)
+    terms = ("histogram_s", "split_scans_s", "row_passes_s", "binning_s")
+    wide = estimate_tabular(_job(rows=20_000, features=4_000, density=0.005), machine, cat).time_breakdown
+    long = estimate_tabular(_job(rows=10_000_000, features=200), machine, cat).time_breakdown
+    for b in (wide, long):
+        assert sum(b[t] for t in terms) == pytest.approx(b["fit_s"])
+    assert max(terms, key=wide.get) == "split_scans_s" and max(terms, key=long.get) == "histogram_s"

@@ -149,6 +149,23 @@ def tree_leaves(job: TabularJob) -> int:
     return job.num_leaves or 2 ** effective_depth(job)
 
 
+def work_terms(job: TabularJob, rate: TabularRate, *, rows: int | None = None, rounds: int | None = None) -> dict[str, float]:
+    """:func:`work_cells` of a per-term CPU rate split by term, each in dense-histogram-cell equivalents:
+    ``histogram`` (dense and sparse cells), ``split_scans``, ``row_passes`` and ``binning`` (once per fit)."""
+    rows = fit_rows(job) if rows is None else rows
+    rounds = rounds_per_fit(job) if rounds is None else rounds
+    dense, sparse, scans, passes = gbdt_terms(job.library.value, rows, job.features, job.density,
+                                              leaves=tree_leaves(job), max_bins=job.max_bins)  # fmt: skip
+    unit = rate.ns_per_cell
+    trees = rounds * gradient_dims(job)
+    return {
+        "histogram": trees * (dense * unit + sparse * rate.ns_per_sparse_cell) / unit,  # type: ignore[operator]
+        "split_scans": trees * scans * rate.ns_per_split_bin / unit,  # type: ignore[operator]
+        "row_passes": trees * passes * rate.ns_per_row_level / unit,  # type: ignore[operator]
+        "binning": rate.prep_ns_per_cell * rows * job.features * job.density / unit,  # type: ignore[operator]
+    }
+
+
 def work_cells(job: TabularJob, *, rows: int | None = None, rounds: int | None = None,
                rate: TabularRate | None = None) -> float:
     """Units of work of one model fit (one fold) on ``rows`` training rows (default :func:`fit_rows`),
@@ -164,12 +181,7 @@ def work_cells(job: TabularJob, *, rows: int | None = None, rounds: int | None =
         return oblivious_cells(rows=rows, features=job.features, depth=effective_depth(job), trees=rounds, classes=classes)
     if job.library in GBDT:
         if rate is not None and rate.has_terms:
-            terms = gbdt_terms(job.library.value, rows, job.features, job.density, leaves=tree_leaves(job),
-                               max_bins=job.max_bins)  # fmt: skip
-            weights = (rate.ns_per_cell, rate.ns_per_sparse_cell, rate.ns_per_split_bin, rate.ns_per_row_level)
-            per_tree = sum(t * w for t, w in zip(terms, weights)) / rate.ns_per_cell  # type: ignore[operator]
-            prep = rate.prep_ns_per_cell * rows * job.features * job.density / rate.ns_per_cell  # type: ignore[operator]
-            return per_tree * rounds * classes + prep
+            return sum(work_terms(job, rate, rows=rows, rounds=rounds).values())
         cells = gbdt_cells(rows=rows, features=job.features, depth=effective_depth(job), trees=rounds, classes=classes)
         return cells * job.density
     if job.library is TabularLibrary.SKLEARN_RF:
@@ -426,6 +438,16 @@ def estimate_tabular(job: TabularJob, hw: Hardware, catalog: Catalog, *, ns_per_
     if reason is None and host.peak > usable:
         reason = Rejection(RejectKind.HOST_MEMORY, f"needs {host.peak / GIB:.1f} GiB RAM > {usable / GIB:.1f} GiB usable of {ram:.0f} GiB on {hw.label}",
                            needed=host.peak, available=usable, unit="bytes")
+    breakdown = {"fit_s": fit_s, "folds": float(folds), "parallel_fits": float(parallel_fits)}
+    if hw.accelerator is None and rate.has_terms and reason is None:
+        # where a fit's time goes: each term's share of the compute (the histogram exchange apart)
+        share_rows = math.ceil(fit_rows(job) / hw.layout.nodes) if strategy == "dask-cpu" else None
+        terms = work_terms(job, rate, rows=share_rows)
+        compute_s = fit_s - (sync_s if strategy == "dask-cpu" else 0.0)
+        total = sum(terms.values())
+        breakdown.update({f"{k}_s": compute_s * v / total for k, v in terms.items()})
+        if strategy == "dask-cpu":
+            breakdown["histogram_exchange_s"] = sync_s
     timing = job_timing(hw, train_s=train_s)
     samples = fit_rows(job) * folds  # training rows fitted, all folds
     return Estimate(
@@ -443,7 +465,7 @@ def estimate_tabular(job: TabularJob, hw: Hardware, catalog: Catalog, *, ns_per_
         throughput=samples / train_s if train_s > 0 else 0.0,
         throughput_unit="samples_per_s",
         mfu=None,
-        time_breakdown={"fit_s": fit_s, "folds": float(folds), "parallel_fits": float(parallel_fits)},
+        time_breakdown=breakdown,
         calibrated=calibrated,
         notes=tuple(notes),
     )
