@@ -110,3 +110,36 @@ def test_the_estimate_says_where_a_fit_s_time_goes() -> None:
     for b in (wide, long):
         assert sum(b[t] for t in terms) == pytest.approx(b["fit_s"])
     assert max(terms, key=wide.get) == "split_scans_s" and max(terms, key=long.get) == "histogram_s"
+
+
+def _svmlight(path, rows=3000, features=400, density=0.02):
+    import numpy as np
+    import scipy.sparse
+    from sklearn.datasets import dump_svmlight_file
+
+    X = scipy.sparse.random(rows, features, density=density, format="csr", dtype=np.float32, random_state=0)
+    score = np.asarray(X @ np.random.default_rng(0).standard_normal(features)).ravel()
+    dump_svmlight_file(X, (score > np.median(score)).astype(int), str(path))
+    return X.nnz
+
+
+def test_an_svmlight_file_gives_its_rows_features_and_density(tmp_path) -> None:
+    from trainplan.run.api import check_job
+    from trainplan.run.workloads.tabular import load_table
+
+    path = tmp_path / "train.svm"
+    nnz = _svmlight(path)
+    job = _job(library="lightgbm", data=str(path), rows=1, features=1)
+    checked = check_job(job, None)
+    assert (checked.rows, checked.features) == (3000, 400) and checked.density == pytest.approx(nnz / (3000 * 400))
+    X, y = load_table(checked)
+    assert X.format == "csr" and X.nnz == nnz and set(y) == {0, 1}
+    with pytest.raises(SpecError) as err:
+        check_job(_job(library="lightgbm", data=str(path), target="label"), None)
+    assert err.value.field == "target" and "no target column" in str(err.value)
+    with pytest.raises(SpecError) as err:
+        check_job(_job(library="catboost", data=str(path), max_depth=6), None)
+    assert err.value.field == "library" and "xgboost and lightgbm train it" in str(err.value)
+    (tmp_path / "bad.svm").write_text("1 3:x\n")
+    with pytest.raises(SpecError, match="cannot read .* as SVMlight"):
+        check_job(_job(data=str(tmp_path / "bad.svm")), None)

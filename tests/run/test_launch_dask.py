@@ -96,3 +96,19 @@ def test_a_multi_machine_option_trains_one_model_on_the_clusters_workers(tmp_pat
     assert codes == [0], logs(tmp_path / "dask.log")
     result = json.loads((plan.out / "dask_result.json").read_text())
     assert result["workers"] == 2 and result["rounds"] == 15
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("library", ["xgboost", "lightgbm"])
+def test_a_sparse_table_stays_sparse_on_the_workers(tmp_path: Path, library: str) -> None:
+    """density < 1: the driver hands each worker CSR chunks (dask arrays of SciPy matrices), which xgboost.dask and
+    LightGBM's Dask estimator train as they are (the driver used len() on them and failed)."""
+    job = write_job(tmp_path / "job.yaml", TABULAR_JOB, library=library, rows=4000, features=300, density=0.02)
+    plan, rendered = render_to(job, "dask", tmp_path / "run", cpus=2, options={"workers": 2})
+    (cmd,) = rendered.commands
+    with processes() as procs:
+        procs.start(cmd.argv, env=cmd.env, cwd=cmd.cwd, log=tmp_path / "dask.log")
+        codes = procs.wait_all(timeout=240)
+    assert codes == [0], logs(tmp_path / "dask.log")
+    result = json.loads((plan.out / "dask_result.json").read_text())
+    assert result["workers"] == 2 and result["rows"] == 4000

@@ -194,7 +194,7 @@ def check_job(job: Any, script: Path | None) -> Any:
         from trainplan.run.workloads.tabular import inspect_data
 
         shape = inspect_data(job)
-        return job.model_copy(update={"rows": shape.rows, "features": shape.features})
+        return job.model_copy(update={"rows": shape.rows, "features": shape.features, "density": shape.density})
     if script is not None:
         return job
     from trainplan.run.workloads.checks import (

@@ -32,9 +32,13 @@ HERE = Path(__file__).resolve().parent
 
 def _arrays(X, y, parts):
     import dask.array as da
+    import numpy as np
 
-    rows = max(1, math.ceil(len(X) / parts))
-    return da.from_array(X, chunks=(rows, X.shape[1])), da.from_array(y, chunks=(rows,))
+    rows = max(1, math.ceil(X.shape[0] / parts))
+    # a sparse table (SciPy CSR: density < 1, an SVMlight file) stays sparse in each chunk; both libraries take it
+    dense = isinstance(X, np.ndarray)
+    dX = da.from_array(X, chunks=(rows, X.shape[1]), asarray=dense)
+    return dX, da.from_array(y, chunks=(rows,))
 
 
 def train(client, job, X, y, workers):

@@ -1,8 +1,9 @@
 """Built-in workload for ``kind: tabular``: XGBoost, LightGBM, CatBoost, scikit-learn.
 
-Data (``data:``) is a CSV or Parquet file with a ``target`` column,
-``synthetic`` (``rows`` × ``features``, scikit-learn's ``make_classification``
-/ ``make_regression``), or a scikit-learn bundled set (``sklearn:iris``).
+Data (``data:``) is a CSV or Parquet file with a ``target`` column, an SVMlight / LIBSVM file (``.svm``,
+``.libsvm``, ``.svmlight``: sparse, the label first on each line — the format XGBoost's and LightGBM's own
+benchmarks use), ``synthetic`` (``rows`` × ``features``, scikit-learn's ``make_classification`` /
+``make_regression``; a CSR matrix when ``density`` < 1), or a scikit-learn bundled set (``sklearn:iris``).
 
 With ``cv_folds: k`` (k ≥ 2) the k fits of a (stratified) k-fold
 cross-validation run in parallel threads with joblib; every fit gets
@@ -43,6 +44,7 @@ from trainplan.spec import TabularJob, TabularLibrary
 SKLEARN_SETS = ("breast_cancer", "iris", "wine", "digits", "diabetes")
 _SKLEARN_REGRESSION = ("diabetes",)
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
+SPARSE_SUFFIXES = (".svm", ".libsvm", ".svmlight")
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class DataShape:
     rows: int
     features: int
     classes: int | None
+    density: float = 1.0  # stored cells / (rows × features): below 1 for a sparse (SVMlight) file
 
 
 # --------------------------------------------------------------------------- data
@@ -66,13 +69,30 @@ def _sklearn_name(data: str) -> str:
 
 def _table_path(job: TabularJob) -> Path:
     path = Path(str(job.data)).expanduser()
-    if path.suffix.lower() not in TABLE_SUFFIXES:
-        raise SpecError(
-            f"{path} is not a table: use a .csv or .parquet file, 'synthetic' or 'sklearn:<set>'", field="data"
-        )
+    if path.suffix.lower() not in TABLE_SUFFIXES + SPARSE_SUFFIXES:
+        raise SpecError(f"{path} is not a table: use a .csv, .parquet or SVMlight (.svm, .libsvm) file, 'synthetic' "
+                        "or 'sklearn:<set>'", field="data")  # fmt: skip
     if not path.is_file():
         raise SpecError(f"data file not found: {path}", field="data")
     return path
+
+
+def is_sparse_file(job: TabularJob) -> bool:
+    return job.data not in (None, "synthetic") and Path(str(job.data)).suffix.lower() in SPARSE_SUFFIXES
+
+
+def _load_svmlight(job: TabularJob, path: Path) -> tuple[Any, np.ndarray]:
+    """A CSR matrix (float32, the absent entries not stored) and the labels of an SVMlight / LIBSVM file."""
+    if job.target:
+        raise SpecError(f"{path.name} is SVMlight: the label is the first value of each line, there is no target column "
+                        "to name (remove target)", field="target")  # fmt: skip
+    from sklearn.datasets import load_svmlight_file
+
+    try:
+        X, y = load_svmlight_file(str(path), dtype=np.float32)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise SpecError(f"cannot read {path} as SVMlight: {' '.join(str(exc).split())}", field="data") from None
+    return X, y
 
 
 def _columns(path: Path) -> list[str]:
@@ -130,10 +150,18 @@ def inspect_data(job: TabularJob) -> DataShape:
     """
     data = job.data
     if data in (None, "synthetic"):
-        return DataShape(job.rows, job.features, None if job.objective == "regression" else job.classes)
+        return DataShape(job.rows, job.features, None if job.objective == "regression" else job.classes, job.density)
+    if is_sparse_file(job):
+        path = _table_path(job)
+        X, y = _load_svmlight(job, path)
+        rows, features = X.shape
+        if job.library not in (TabularLibrary.XGBOOST, TabularLibrary.LIGHTGBM):
+            raise SpecError(f"{path.name} is a sparse (SVMlight) file: xgboost and lightgbm train it; "
+                            f"{job.library.value} is run on dense tables", field="library")  # fmt: skip
+        return DataShape(rows, features, _check_target(job, y, path.name), density=X.nnz / max(1, rows * features))
     if job.density < 1:
         raise SpecError(f"{job.density:g} describes a sparse matrix; trainplan run reads {data} as a dense table "
-                        "(missing cells as NaN): use density: 1 here, or train your sparse matrix with --script",
+                        "(missing cells as NaN): use density: 1 here, an SVMlight file, or --script",
                         field="density")  # fmt: skip
     if data.startswith("sklearn:"):
         X, y = _load_sklearn(_sklearn_name(data))
@@ -193,6 +221,12 @@ def load_table(job: TabularJob) -> tuple[np.ndarray, np.ndarray]:
                 random_state=job.seed,
             )
         return X.astype(np.float32), y
+    if is_sparse_file(job):
+        X, y = _load_svmlight(job, _table_path(job))
+        if job.objective == "regression":
+            return X, np.asarray(y, dtype=np.float64)
+        _, codes = np.unique(y, return_inverse=True)
+        return X, codes.astype(np.int64)
     if data.startswith("sklearn:"):
         X, y = _load_sklearn(_sklearn_name(data))
     else:
