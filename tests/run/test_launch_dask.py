@@ -112,3 +112,15 @@ def test_a_sparse_table_stays_sparse_on_the_workers(tmp_path: Path, library: str
     assert codes == [0], logs(tmp_path / "dask.log")
     result = json.loads((plan.out / "dask_result.json").read_text())
     assert result["workers"] == 2 and result["rows"] == 4000
+
+
+@pytest.mark.parametrize("target,options", [("slurm", {"partition": "p"}), ("skypilot", {}), ("ray", {})])
+def test_other_targets_refuse_a_multi_machine_tabular_option(tmp_path: Path, target: str, options: dict) -> None:
+    """SLURM, SkyPilot and Ray would start the whole job on every machine — N independent fits of the whole table."""
+    from trainplan.errors import SpecError
+
+    job = write_job(tmp_path / "job.yaml", TABULAR_JOB)
+    with pytest.raises(SpecError) as err:
+        render_to(job, target, tmp_path / "run", instance="c5.4xlarge", nodes=2, options=options)
+    assert err.value.field == "--to" and "over 2 machines through Dask" in str(err.value)
+    assert not (tmp_path / "run").exists()

@@ -226,6 +226,10 @@ def resolve_launch(request: LaunchRequest, *, run_dir: Path | None = None) -> La
     if e.strategy == "dask-gpu" and request.target is not Target.DASK:
         raise SpecError(f"the option trains one XGBoost model over {e.hardware.layout.gpus_per_node} GPUs with "
                         "xgboost.dask: launch it with --to dask", field="--to")  # fmt: skip
+    if e.strategy == "dask-cpu" and request.target is not Target.DASK:
+        # every other target would start the whole job on each machine: N independent fits of the whole table
+        raise SpecError(f"the option trains one {job.library.value} model over {e.hardware.layout.nodes} machines "
+                        "through Dask: launch it with --to dask --address SCHEDULER", field="--to")  # fmt: skip
     placement = placement_of(e, job, request.device)
     out = request.out.expanduser().resolve()
     check_out(out, request.overwrite)
