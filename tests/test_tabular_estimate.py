@@ -62,7 +62,9 @@ def test_a_fit_with_more_threads_implies_a_slower_core_than_the_same_time_on_one
     job = _job()
     one = measured_ns_per_cell(job, cat, rows=75_000, rounds=100, fit_s=10.0, threads=1)
     four = measured_ns_per_cell(job, cat, rows=75_000, rounds=100, fit_s=10.0, threads=4)
-    assert four > 3 * one  # Amdahl: 4 threads with a small serial share are a little under 4× one
+    serial = cat.tabular_rates[("xgboost", "cpu")].serial_fraction
+    assert four == pytest.approx(one / (serial + (1 - serial) / 4))  # Amdahl: 4 threads are 1 / (s + (1 − s)/4) of one
+    assert one < four < 4 * one
     hgb = _job(library="sklearn-hgb")  # one rate per cell: half the rounds in the same time is twice the rate
     one = measured_ns_per_cell(hgb, cat, rows=75_000, rounds=100, fit_s=10.0, threads=1)
     assert measured_ns_per_cell(hgb, cat, rows=75_000, rounds=50, fit_s=10.0, threads=1) == pytest.approx(2 * one)
@@ -213,3 +215,23 @@ def test_catboost_depth_beyond_its_limit_is_one_clear_error() -> None:
     with pytest.raises((SpecError, ValueError), match="at most 16 deep"):
         _job(library="catboost", max_depth=None, num_leaves=2**20)
     assert _job(library="catboost", max_depth=None, num_leaves=255).depth == 8
+
+
+@pytest.mark.parametrize("library", ["xgboost", "lightgbm"])
+def test_the_serial_fraction_is_the_published_thread_scaling_fit(library) -> None:
+    """tabular_rates.csv's serial fraction for XGBoost and LightGBM is Amdahl's law fitted to GBM-perf's published
+    1-48-core runs of 10M rows (tests/data/published_tabular_scaling.yaml), not a stated constant."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "tabular_thread_scaling.py"
+    spec = importlib.util.spec_from_file_location("tabular_thread_scaling", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["tabular_thread_scaling"] = module
+    spec.loader.exec_module(module)
+    import yaml
+
+    data = yaml.safe_load(module.DATA.read_text(encoding="utf-8"))
+    fitted = module.amdahl_fit(data["cores"], module.medians(data, library, "10"))
+    assert get_catalog().tabular_rates[(library, "cpu")].serial_fraction == pytest.approx(fitted, abs=0.001)
