@@ -159,3 +159,13 @@ def test_megatron_core_s_own_checks_refuse_a_bad_layout_in_one_line() -> None:
     with pytest.raises(SpecError) as err:
         check_with_megatron_core(args)
     assert "Megatron Core's TransformerConfig rejected" in str(err.value) and "multiple of tensor_model_parallel_size" in str(err.value)
+
+
+def test_context_parallel_needs_two_chunks_a_rank(tmp_path: Path) -> None:
+    job = {**PRETRAIN_70B, "model": SMALL, "seq_len": 4096}
+    a = args_of(render(resolve(tmp_path, job, gpu="H100-80GB", gpus=8, cp=4, strategy="ddp")).commands[0].argv)
+    assert a["--context-parallel-size"] == "4"
+    # Megatron splits each sequence into 2 × cp chunks (a front and a back one a rank); the plan's layout check
+    # refuses a length that does not divide, before any target renders
+    with pytest.raises(SpecError, match="2 × cp must divide seq_len 4098"):
+        resolve(tmp_path, {**job, "seq_len": 4098}, gpu="H100-80GB", gpus=8, cp=2, strategy="ddp")
