@@ -62,8 +62,12 @@ def test_a_fit_with_more_threads_implies_a_slower_core_than_the_same_time_on_one
     job = _job()
     one = measured_ns_per_cell(job, cat, rows=75_000, rounds=100, fit_s=10.0, threads=1)
     four = measured_ns_per_cell(job, cat, rows=75_000, rounds=100, fit_s=10.0, threads=4)
-    serial = cat.tabular_rates[("xgboost", "cpu")].serial_fraction
-    assert four == pytest.approx(one / (serial + (1 - serial) / 4))  # Amdahl: 4 threads are 1 / (s + (1 − s)/4) of one
+    from trainplan.estimate.tabular import thread_overhead_s
+
+    rate = cat.tabular_rates[("xgboost", "cpu")]
+    serial, sync = rate.serial_fraction, thread_overhead_s(job, rate, 4, rounds=100)
+    # Amdahl over what is left after the threads' synchronisation: 4 threads do 1 / (s + (1 − s)/4) of one's work
+    assert four == pytest.approx(one * (10.0 - sync) / 10.0 / (serial + (1 - serial) / 4))
     assert one < four < 4 * one
     hgb = _job(library="sklearn-hgb")  # one rate per cell: half the rounds in the same time is twice the rate
     one = measured_ns_per_cell(hgb, cat, rows=75_000, rounds=100, fit_s=10.0, threads=1)
@@ -218,20 +222,32 @@ def test_catboost_depth_beyond_its_limit_is_one_clear_error() -> None:
 
 
 @pytest.mark.parametrize("library", ["xgboost", "lightgbm"])
-def test_the_serial_fraction_is_the_published_thread_scaling_fit(library) -> None:
-    """tabular_rates.csv's serial fraction for XGBoost and LightGBM is Amdahl's law fitted to GBM-perf's published
-    1-48-core runs of 10M rows (tests/data/published_tabular_scaling.yaml), not a stated constant."""
+def test_the_thread_model_is_the_published_thread_scaling_fit(library) -> None:
+    """tabular_rates.csv's serial fraction and per-node thread overhead for XGBoost and LightGBM are the fit of
+    benchmarks/tabular_thread_scaling.py to GBM-perf's published 1-48-core runs, not stated constants."""
     import importlib.util
     import sys
     from pathlib import Path
+
+    import yaml
 
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "tabular_thread_scaling.py"
     spec = importlib.util.spec_from_file_location("tabular_thread_scaling", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules["tabular_thread_scaling"] = module
     spec.loader.exec_module(module)
-    import yaml
+    s, c = module.fit(yaml.safe_load(module.DATA.read_text(encoding="utf-8")), library)
+    rate = get_catalog().tabular_rates[(library, "cpu")]
+    assert rate.serial_fraction == pytest.approx(s, abs=0.001)
+    assert rate.thread_overhead_us_per_node == pytest.approx(c, abs=0.001)
 
-    data = yaml.safe_load(module.DATA.read_text(encoding="utf-8"))
-    fitted = module.amdahl_fit(data["cores"], module.medians(data, library, "10"))
-    assert get_catalog().tabular_rates[(library, "cpu")].serial_fraction == pytest.approx(fitted, abs=0.001)
+
+def test_more_threads_make_a_small_lightgbm_table_slower() -> None:
+    """GBM-perf's 100k-row LightGBM runs take longer on 48 cores than on 2: the per-node thread overhead outgrows
+    the divided work, and the estimate says so."""
+    cat = get_catalog()
+    job = _job(library="lightgbm", rows=100_000, features=8, num_leaves=512, max_depth=None)
+    t = {n: estimate_tabular(job, local_cpu_hardware(n), cat).train_s for n in (1, 2, 48)}
+    assert t[2] < t[1] and t[48] > t[2]
+    big = _job(library="lightgbm", rows=10_000_000, features=8, num_leaves=512, max_depth=None)
+    assert estimate_tabular(big, local_cpu_hardware(48), cat).train_s < estimate_tabular(big, local_cpu_hardware(2), cat).train_s

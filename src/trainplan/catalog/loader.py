@@ -115,6 +115,7 @@ class TabularRate:
     ns_per_split_bin: float | None = None
     ns_per_row_level: float | None = None
     prep_ns_per_cell: float | None = None  # once per fit, per stored cell: binning (DMatrix / Dataset construction)
+    thread_overhead_us_per_node: float | None = None  # per tree node and thread beyond the first (synchronisation)
 
     @property
     def has_terms(self) -> bool:
@@ -401,6 +402,7 @@ def _build_rate(row: dict[str, str]) -> TabularRate:
         source=row["source"].strip(),
         as_of=row["as_of"].strip(),
         **{key: _opt_float(row, key) for key in _TERM_COLUMNS},
+        thread_overhead_us_per_node=_opt_float(row, "thread_overhead_us_per_node"),
     )
 
 

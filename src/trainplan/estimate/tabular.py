@@ -107,6 +107,17 @@ def amdahl_speedup(cores: float, serial_fraction: float) -> float:
     return 1.0 / (serial_fraction + (1.0 - serial_fraction) / max(1.0, cores))
 
 
+def thread_overhead_s(job: TabularJob, rate: TabularRate, threads: int, *, rounds: int | None = None) -> float:
+    """Seconds a fit spends synchronising its threads: ``thread_overhead_us_per_node`` per tree node per thread beyond
+    the first (LightGBM's per-split parallel sections; fitted with the serial fraction to GBM-perf's published
+    1-48-core runs, benchmarks/tabular_thread_scaling.py).  It is what makes small tables slower on more cores."""
+    if not rate.thread_overhead_us_per_node or threads <= 1:
+        return 0.0
+    rounds = rounds_per_fit(job) if rounds is None else rounds
+    nodes = (2 * tree_leaves(job) - 1) * rounds * gradient_dims(job)
+    return rate.thread_overhead_us_per_node * 1e-6 * nodes * (threads - 1)
+
+
 def physical_cores(vcpus: int, *, cloud: str) -> float:
     """Physical cores behind ``vcpus``: half on x86 cloud instances (2 threads per core); all on a workstation."""
     return vcpus if cloud == "local" else max(1, vcpus // 2)
@@ -200,7 +211,8 @@ def measured_ns_per_cell(
     the catalog's rate one for one.
     """
     rate = _rate(catalog, job.library, "cpu")
-    return fit_s * 1e9 * amdahl_speedup(threads, rate.serial_fraction) / work_cells(job, rows=rows, rounds=rounds, rate=rate)
+    compute_s = max(0.0, fit_s - thread_overhead_s(job, rate, threads, rounds=rounds))
+    return compute_s * 1e9 * amdahl_speedup(threads, rate.serial_fraction) / work_cells(job, rows=rows, rounds=rounds, rate=rate)
 
 
 def library_copy_bytes(job: TabularJob, catalog: Catalog) -> float:
@@ -399,7 +411,8 @@ def estimate_tabular(job: TabularJob, hw: Hardware, catalog: Catalog, *, ns_per_
             sync_s = 0.0
             reason = Rejection(RejectKind.MISSING_FIGURE, f"{hw.label} has no network bandwidth in the catalog for the "
                                                           "histogram exchange")  # fmt: skip
-        fit_s = cells * ns * 1e-9 / amdahl_speedup(cores, rate.serial_fraction) + sync_s
+        overhead_s = thread_overhead_s(job, rate, int(cores))
+        fit_s = cells * ns * 1e-9 / amdahl_speedup(cores, rate.serial_fraction) + overhead_s + sync_s
         parallel_fits = 1
         train_s = folds * fit_s
         strategy = "dask-cpu"
@@ -412,7 +425,8 @@ def estimate_tabular(job: TabularJob, hw: Hardware, catalog: Catalog, *, ns_per_
         ns = ns_per_cell if ns_per_cell is not None else rate.ns_per_cell
         parallel_fits = max(1, min(folds, int(cores)))
         cores_per_fit = max(1, int(cores) // parallel_fits)  # whole threads per fit, as trainplan run splits them
-        fit_s = cells * ns * 1e-9 / amdahl_speedup(cores_per_fit, rate.serial_fraction)
+        overhead_s = thread_overhead_s(job, rate, cores_per_fit)
+        fit_s = cells * ns * 1e-9 / amdahl_speedup(cores_per_fit, rate.serial_fraction) + overhead_s
         train_s = math.ceil(folds / parallel_fits) * fit_s
         strategy = "cpu"
         if parallel_fits > 1:
@@ -443,9 +457,11 @@ def estimate_tabular(job: TabularJob, hw: Hardware, catalog: Catalog, *, ns_per_
         # where a fit's time goes: each term's share of the compute (the histogram exchange apart)
         share_rows = math.ceil(fit_rows(job) / hw.layout.nodes) if strategy == "dask-cpu" else None
         terms = work_terms(job, rate, rows=share_rows)
-        compute_s = fit_s - (sync_s if strategy == "dask-cpu" else 0.0)
+        compute_s = fit_s - (sync_s if strategy == "dask-cpu" else 0.0) - overhead_s
         total = sum(terms.values())
         breakdown.update({f"{k}_s": compute_s * v / total for k, v in terms.items()})
+        if overhead_s:
+            breakdown["thread_sync_s"] = overhead_s
         if strategy == "dask-cpu":
             breakdown["histogram_exchange_s"] = sync_s
     timing = job_timing(hw, train_s=train_s)
