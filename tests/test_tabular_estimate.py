@@ -251,3 +251,30 @@ def test_more_threads_make_a_small_lightgbm_table_slower() -> None:
     assert t[2] < t[1] and t[48] > t[2]
     big = _job(library="lightgbm", rows=10_000_000, features=8, num_leaves=512, max_depth=None)
     assert estimate_tabular(big, local_cpu_hardware(48), cat).train_s < estimate_tabular(big, local_cpu_hardware(2), cat).train_s
+
+
+@pytest.mark.parametrize("library", ["xgboost", "lightgbm", "catboost"])
+def test_the_gpu_fixed_cost_is_the_published_small_table_runs(library) -> None:
+    """tabular_rates.csv's gpu_fixed_us_per_step is benchmarks/tabular_gpu_fixed.py's median over GBM-perf's 2024
+    100k-row GPU runs; a GPU estimate carries it per level (a split for LightGBM) and round."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    from trainplan.estimate.tabular import gpu_steps
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "tabular_gpu_fixed.py"
+    spec = importlib.util.spec_from_file_location("tabular_gpu_fixed", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["tabular_gpu_fixed"] = module
+    spec.loader.exec_module(module)
+    cat = get_catalog()
+    data = yaml.safe_load(module.DATA.read_text(encoding="utf-8"))
+    rate = cat.tabular_rates[(library, "gpu")]
+    assert rate.gpu_fixed_us_per_step == pytest.approx(module.fixed_us(data, library, cat), rel=0.01)
+    job = module.job(library, "0.1")
+    e = estimate_tabular(job, module.gpu_hardware("A100-40GB", cat), cat)
+    assert e.time_breakdown["gpu_fixed_s"] == pytest.approx(rate.gpu_fixed_us_per_step * 1e-6 * gpu_steps(job))
+    assert gpu_steps(job) == (511 if library == "lightgbm" else 10) * 100

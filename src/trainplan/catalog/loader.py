@@ -116,6 +116,7 @@ class TabularRate:
     ns_per_row_level: float | None = None
     prep_ns_per_cell: float | None = None  # once per fit, per stored cell: binning (DMatrix / Dataset construction)
     thread_overhead_us_per_node: float | None = None  # per tree node and thread beyond the first (synchronisation)
+    gpu_fixed_us_per_step: float | None = None  # gpu: per level (depth-wise, symmetric) or split (leaf-wise) per round
 
     @property
     def has_terms(self) -> bool:
@@ -403,6 +404,7 @@ def _build_rate(row: dict[str, str]) -> TabularRate:
         as_of=row["as_of"].strip(),
         **{key: _opt_float(row, key) for key in _TERM_COLUMNS},
         thread_overhead_us_per_node=_opt_float(row, "thread_overhead_us_per_node"),
+        gpu_fixed_us_per_step=_opt_float(row, "gpu_fixed_us_per_step"),
     )
 
 

@@ -118,6 +118,14 @@ def thread_overhead_s(job: TabularJob, rate: TabularRate, threads: int, *, round
     return rate.thread_overhead_us_per_node * 1e-6 * nodes * (threads - 1)
 
 
+def gpu_steps(job: TabularJob, *, rounds: int | None = None) -> int:
+    """Steps of tree growth a GPU fit launches its kernels for: every level of a depth-wise (XGBoost) or symmetric
+    (CatBoost) tree, every split of a leaf-wise (LightGBM) one — per round and target."""
+    rounds = rounds_per_fit(job) if rounds is None else rounds
+    per_tree = tree_leaves(job) - 1 if job.library is TabularLibrary.LIGHTGBM else effective_depth(job)
+    return per_tree * rounds * gradient_dims(job)
+
+
 def physical_cores(vcpus: int, *, cloud: str) -> float:
     """Physical cores behind ``vcpus``: half on x86 cloud instances (2 threads per core); all on a workstation."""
     return vcpus if cloud == "local" else max(1, vcpus // 2)
@@ -368,11 +376,15 @@ def estimate_tabular(job: TabularJob, hw: Hardware, catalog: Catalog, *, ns_per_
     calibrated = ns_per_cell is not None
     notes: list[str] = []
     gpus = hw.layout.gpus_per_node if hw.accelerator is not None else 1
+    gpu_fixed_s = 0.0
     if hw.accelerator is not None and reason is None:
         rate = _rate(catalog, job.library, "gpu")
         cells = work_cells(job)  # histogram cells of the stored values: the GPU rate's unit
         ns = ns_per_cell if ns_per_cell is not None else rate.ns_per_cell * (rate.ref_mem_bandwidth_gb_s or 1) / hw.accelerator.mem_bandwidth_gb_s
         fit_s = cells * ns * 1e-9 / gpus  # several GPUs: each builds the histograms of its share of the rows
+        # launches and synchronisations per level / split, whatever the rows (benchmarks/tabular_gpu_fixed.py)
+        gpu_fixed_s = (rate.gpu_fixed_us_per_step or 0.0) * 1e-6 * gpu_steps(job)
+        fit_s += gpu_fixed_s
         parallel_fits = 1
         strategy = "gpu"
         notes.append(f"{job.library.value} on {hw.accelerator.id}: rate scaled by memory bandwidth from {rate.source}")
@@ -453,6 +465,8 @@ def estimate_tabular(job: TabularJob, hw: Hardware, catalog: Catalog, *, ns_per_
         reason = Rejection(RejectKind.HOST_MEMORY, f"needs {host.peak / GIB:.1f} GiB RAM > {usable / GIB:.1f} GiB usable of {ram:.0f} GiB on {hw.label}",
                            needed=host.peak, available=usable, unit="bytes")
     breakdown = {"fit_s": fit_s, "folds": float(folds), "parallel_fits": float(parallel_fits)}
+    if hw.accelerator is not None and strategy in ("gpu", "dask-gpu") and gpu_fixed_s:
+        breakdown["gpu_fixed_s"] = gpu_fixed_s
     if hw.accelerator is None and rate.has_terms and reason is None:
         # where a fit's time goes: each term's share of the compute (the histogram exchange apart)
         share_rows = math.ceil(fit_rows(job) / hw.layout.nodes) if strategy == "dask-cpu" else None
