@@ -5,6 +5,8 @@ Random cases use ``random.Random(seed)`` with fixed seeds, so a failure reproduc
 
 from __future__ import annotations
 
+from trainplan.estimate.tabular import MAX_TABULAR_NODES, MULTI_NODE_LIBRARIES
+
 import csv
 import itertools
 import random
@@ -259,13 +261,18 @@ def test_plan_job_tabular_on_random_catalogs(seed: int) -> None:
 
     # brute force: every instance the constraints allow, estimated one by one
     allowed = [i for i in cat.instances if i.cloud in clouds and i.accelerator_count <= job.constraints.max_gpus]
-    brute = [estimate_tabular(job, hardware_for_instance(i, cat), cat) for i in allowed]
+    # XGBoost / LightGBM also over 2, 4, 8, 16 networked CPU machines (one model through Dask)
+    layouts = [(i, 1) for i in allowed] + [
+        (i, n) for i in allowed for n in (2, 4, 8, MAX_TABULAR_NODES)
+        if i.accelerator is None and i.cloud != "local" and i.network_gbps and job.library in MULTI_NODE_LIBRARIES
+    ]  # fmt: skip
+    brute = [estimate_tabular(job, hardware_for_instance(i, cat, nodes=n), cat) for i, n in layouts]
     # owned hardware the job does not list is kept apart, never ranked against rentals
     owned = [e for e in brute if e.fits and e.hardware.instance.cloud == "local"]
     fitting = [e for e in brute if e.fits and e.hardware.instance.cloud != "local"]
     assert sorted(e.hardware.label for e in plan.options) == sorted(e.hardware.label for e in fitting)
     assert sorted(e.hardware.label for e in plan.unowned) == sorted(e.hardware.label for e in owned)
-    assert len(plan.options) + len(plan.rejected) + len(plan.unowned) == len(allowed)
+    assert len(plan.options) + len(plan.rejected) + len(plan.unowned) == len(layouts)
     if fitting:
         assert plan.best.cost_usd == pytest.approx(min(e.cost_usd for e in fitting))
     costs = [e.cost_usd for e in plan.options]
@@ -372,7 +379,7 @@ def test_world_size_that_does_not_divide_the_global_batch_is_rejected() -> None:
 def test_xgboost_is_planned_on_one_machine(xgb_plan) -> None:
     assert xgb_plan.options
     for e in xgb_plan.options:
-        assert e.hardware.layout.nodes == 1
+        assert e.hardware.layout.nodes == 1 or (e.strategy == "dask-cpu" and e.hardware.accelerator is None)
         # several GPUs of the node only as one model over all of them (xgboost.dask, one worker per GPU)
         assert e.hardware.layout.world_size <= 1 or e.hardware.accelerator is None or e.strategy == "dask-gpu"
         assert e.to_dict()["count"] <= 1 or e.strategy == "dask-gpu"

@@ -114,7 +114,7 @@ def test_parquet_run_and_sklearn_bundled_set_read_the_same_table(tmp_path) -> No
         ({"data": "TABLE", "target": None}, "target", "is required"),
         ({"data": "sklearn:mnist"}, "data", "allowed: breast_cancer"),
         ({"data": "sklearn:iris"}, "objective", "multiclass"),
-        ({"data": "notes.txt"}, "data", ".csv or .parquet"),
+        ({"data": "notes.txt"}, "data", ".csv, .parquet or SVMlight"),
     ],
 )
 def test_bad_data_is_one_clear_error_before_launch(tmp_path, changes, field, words) -> None:
