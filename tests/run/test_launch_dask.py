@@ -14,15 +14,20 @@ from launch_support import logs, processes, render_to
 from trainplan.cli.main import main
 
 
-def _run(tmp_path: Path, library: str) -> dict:
-    job = write_job(tmp_path / "job.yaml", TABULAR_JOB, library=library)
-    plan, rendered = render_to(job, "dask", tmp_path / "run", cpus=2, options={"workers": 2})
+def _drive(plan, rendered, tmp_path: Path) -> dict:  # noqa: ANN001
+    """Run the rendered driver to its end; its dask_result.json."""
     (cmd,) = rendered.commands
     with processes() as procs:
         procs.start(cmd.argv, env=cmd.env, cwd=cmd.cwd, log=tmp_path / "dask.log")
         codes = procs.wait_all(timeout=240)
     assert codes == [0], logs(tmp_path / "dask.log")
     return json.loads((plan.out / "dask_result.json").read_text())
+
+
+def _run(tmp_path: Path, library: str, **changes) -> dict:  # noqa: ANN003
+    job = write_job(tmp_path / "job.yaml", TABULAR_JOB, library=library, **changes)
+    plan, rendered = render_to(job, "dask", tmp_path / "run", cpus=2, options={"workers": 2})
+    return _drive(plan, rendered, tmp_path)
 
 
 @pytest.mark.slow
@@ -89,12 +94,7 @@ def test_a_multi_machine_option_trains_one_model_on_the_clusters_workers(tmp_pat
         plan, rendered = render_to(job, "dask", tmp_path / "run", instance="c5.4xlarge", nodes=2,
                                    options={"address": cluster.scheduler_address})  # fmt: skip
         assert plan.placement.nodes == 2 and any("each run one Dask worker" in n for n in rendered.notes)
-        (cmd,) = rendered.commands
-        with processes() as procs:
-            procs.start(cmd.argv, env=cmd.env, cwd=cmd.cwd, log=tmp_path / "dask.log")
-            codes = procs.wait_all(timeout=240)
-    assert codes == [0], logs(tmp_path / "dask.log")
-    result = json.loads((plan.out / "dask_result.json").read_text())
+        result = _drive(plan, rendered, tmp_path)
     assert result["workers"] == 2 and result["rounds"] == 15
 
 
@@ -103,14 +103,7 @@ def test_a_multi_machine_option_trains_one_model_on_the_clusters_workers(tmp_pat
 def test_a_sparse_table_stays_sparse_on_the_workers(tmp_path: Path, library: str) -> None:
     """density < 1: the driver hands each worker CSR chunks (dask arrays of SciPy matrices), which xgboost.dask and
     LightGBM's Dask estimator train as they are (the driver used len() on them and failed)."""
-    job = write_job(tmp_path / "job.yaml", TABULAR_JOB, library=library, rows=4000, features=300, density=0.02)
-    plan, rendered = render_to(job, "dask", tmp_path / "run", cpus=2, options={"workers": 2})
-    (cmd,) = rendered.commands
-    with processes() as procs:
-        procs.start(cmd.argv, env=cmd.env, cwd=cmd.cwd, log=tmp_path / "dask.log")
-        codes = procs.wait_all(timeout=240)
-    assert codes == [0], logs(tmp_path / "dask.log")
-    result = json.loads((plan.out / "dask_result.json").read_text())
+    result = _run(tmp_path, library, rows=4000, features=300, density=0.02)
     assert result["workers"] == 2 and result["rows"] == 4000
 
 
