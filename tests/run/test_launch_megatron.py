@@ -84,6 +84,7 @@ def test_a_dense_layout_is_rendered_as_megatron_arguments(tmp_path: Path) -> Non
     assert "--use-distributed-optimizer" in a and "--bf16" in a and a["--recompute-granularity"] == "selective"
     assert a["--train-iters"] == "50" and a["--vocab-size"] == "128256" and "--mock-data" in a
     assert "ds_config.json" not in rendered.files  # ZeRO-1 is Megatron's distributed optimizer here
+    assert any("--rotary-base 500000" in n for n in rendered.notes)  # what the render leaves to the user is said
 
 
 def test_experts_and_dense_layers_are_rendered(tmp_path: Path) -> None:
@@ -97,6 +98,10 @@ def test_experts_and_dense_layers_are_rendered(tmp_path: Path) -> None:
     assert a["--expert-model-parallel-size"] == "4" and a["--moe-token-dispatcher-type"] == "alltoall"
     assert (a["--recompute-granularity"], a["--recompute-method"], a["--recompute-num-layers"]) == ("full", "uniform", "1")
     assert "--use-distributed-optimizer" not in a
+    assert (a["--attention-dropout"], a["--hidden-dropout"]) == ("0", "0")
+    dropout = args_of(render(resolve(tmp_path, {**job, "model": {**moe, "dropout": 0.05}}, gpu="H100-80GB", gpus=8,
+                                     ep=4, strategy="ddp")).commands[0].argv)  # fmt: skip
+    assert (dropout["--attention-dropout"], dropout["--hidden-dropout"]) == ("0.05", "0.05")  # not Megatron's 0.1
 
 
 SMALL = {"layers": 4, "hidden": 256, "heads": 8, "kv_heads": 2, "ffn_hidden": 1024, "vocab": 1000}

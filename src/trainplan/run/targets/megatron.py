@@ -136,8 +136,8 @@ def arguments(plan: LaunchPlan, arch: ModelArch) -> list[str]:
         args.append("--disable-bias-linear")
         if arch.attention_bias == "qkv":
             args.append("--add-qkv-bias")
-    if arch.dropout == 0:
-        args += ["--attention-dropout", "0", "--hidden-dropout", "0"]
+    # always the model's own: Megatron's defaults (0.1 each) would train another model than the one planned
+    args += ["--attention-dropout", f"{arch.dropout:g}", "--hidden-dropout", f"{arch.dropout:g}"]
     if layout.tp > 1 and layout.sequence_parallel:
         args.append("--sequence-parallel")
     if layout.pp > 1 and layout.vpp > 1:
@@ -197,6 +197,9 @@ def render(plan: LaunchPlan) -> Rendered:
         "--data-path (an indexed .bin/.idx prefix from tools/preprocess_data.py) and your tokenizer",
         "Megatron pads the vocabulary to a multiple of --make-vocab-size-divisible-by (128) × tensor parallel: a few "
         "embedding rows more than the plan counts",
+        "not rendered, as trainplan's model does not record them (they change no memory or time): the rotary base "
+        "(Megatron's default 10000; Llama 3 uses --rotary-base 500000), norm epsilon and initialisation — add the "
+        "model's own",
         f"optimizer: {'sgd' if plan.job.optimizer is Optimizer.SGD else 'adam (AdamW)'} at --lr "
         f"{plan.job.learning_rate:g} and Megatron's defaults for the schedule, weight decay and clipping",
     ]
