@@ -30,8 +30,19 @@ def build(layers: int = 4) -> torch.nn.Module:
     return LlamaForCausalLM(cfg)
 
 
-def reference() -> tuple[float, dict[str, torch.Tensor], torch.Tensor]:
-    model = build()
+def build_moe() -> torch.nn.Module:
+    """A small Qwen3-MoE: 4 experts, 2 per token, in transformers' fused experts modules."""
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen3MoeConfig(vocab_size=128, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_experts=4,
+                         num_experts_per_tok=2, max_position_embeddings=64, attn_implementation="sdpa")
+    return Qwen3MoeForCausalLM(cfg)
+
+
+def reference(case: str) -> tuple[float, dict[str, torch.Tensor], torch.Tensor]:
+    model = build_moe() if case.startswith("ep") else build()
     torch.manual_seed(1)
     x = torch.randint(0, 128, (BATCH, SEQ))
     loss = causal_lm_loss(model(input_ids=x).logits, x)
@@ -47,8 +58,8 @@ def main() -> None:
     case, out = sys.argv[1], sys.argv[2]
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    ref_loss, ref_grads, x = reference()
-    model = build()
+    ref_loss, ref_grads, x = reference(case)
+    model = build_moe() if case.startswith("ep") else build()
     grads: dict[str, torch.Tensor] = {}
     if case in ("tp", "tp-sp"):
         from torch.distributed.device_mesh import init_device_mesh
@@ -89,6 +100,35 @@ def main() -> None:
         mean = loss_t.detach().clone()
         dist.all_reduce(mean)
         loss = float(mean) / world  # every tp rank of a dp group holds the same loss
+    elif case == "ep":  # experts split over both ranks, everything else replicated; each rank its own rows
+        from torch.distributed.device_mesh import init_device_mesh
+
+        from trainplan.run.runtime.expert_parallel import apply_expert_parallel
+
+        apply_expert_parallel(model, init_device_mesh("cpu", (world,)))
+        part = x[rank * BATCH // world:(rank + 1) * BATCH // world]
+        loss_t = causal_lm_loss(model(input_ids=part).logits, part)
+        loss_t.backward()
+        for p in model.parameters():  # the global loss is the mean of the ranks' losses
+            if not hasattr(p.grad, "to_local"):  # an expert's gradient already is (its EP group is the world)
+                dist.all_reduce(p.grad)
+                p.grad.div_(world)
+        mean = loss_t.detach().clone()
+        dist.all_reduce(mean)
+        loss = float(mean) / world
+    elif case == "ep-fsdp":  # the runtime's wrapping: experts split 2 ways, FSDP over the rest
+        from trainplan.run.runtime.wrapping import Placement, wrap
+        from trainplan.spec import Precision
+        from trainplan.strategies import Strategy
+
+        model = wrap(model, lambda ps: torch.optim.SGD(ps, lr=0.0),
+                     Placement(Strategy.FSDP, torch.device("cpu"), Precision.FP32, world, ep=2)).model
+        part = x[rank * BATCH // world:(rank + 1) * BATCH // world]
+        loss_t = causal_lm_loss(model(input_ids=part).logits, part)
+        loss_t.backward()
+        mean = loss_t.detach().clone()
+        dist.all_reduce(mean)
+        loss = float(mean) / world
     else:
         raise SystemExit(f"unknown case {case}")
     for name, p in model.named_parameters():
@@ -96,7 +136,8 @@ def main() -> None:
             grads[name] = full(p.grad).detach()
     worst = max(float((grads[n] - ref_grads[n]).abs().max() / (ref_grads[n].abs().max() + 1e-12)) for n in grads)
     covered = sorted(grads)
-    result = {"rank": rank, "loss": loss, "ref_loss": ref_loss, "worst_grad_rel": worst, "grads": len(covered)}
+    result = {"rank": rank, "loss": loss, "ref_loss": ref_loss, "worst_grad_rel": worst, "grads": len(covered),
+              "expert_parallel_modules": sum(1 for m in model.modules() if getattr(m, "_ep_size", 1) > 1)}
     gathered: list[object] = [None] * world
     dist.all_gather_object(gathered, result)
     if rank == 0:

@@ -1,6 +1,6 @@
-"""Tensor + sequence parallel, pipeline parallel (1F1B and interleaved) and 2-D tensor × FSDP runs of a small Llama on
-CPU over gloo (trainplan.run.runtime.model_parallel): each layout's loss and every gradient equal one process on the
-same batch.  Tolerance: 1e-5 relative on the loss, 1e-5 of each gradient's largest element (fp32; the sums are
+"""Tensor + sequence parallel, pipeline parallel (1F1B and interleaved) and 2-D tensor × FSDP runs of a small Llama,
+and expert parallel (alone and inside FSDP) of a small Qwen3-MoE, on CPU over gloo (trainplan.run.runtime.model_parallel,
+expert_parallel): each layout's loss and every gradient equal one process on the same batch.  Tolerance: 1e-5 relative on the loss, 1e-5 of each gradient's largest element (fp32; the sums are
 reordered across ranks)."""
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize(("case", "procs"), [("tp", 2), ("tp-sp", 2), ("pp", 2), ("pp-interleaved", 2), ("tp-fsdp", 4)])
+@pytest.mark.parametrize(("case", "procs"), [("tp", 2), ("tp-sp", 2), ("pp", 2), ("pp-interleaved", 2), ("tp-fsdp", 4),
+                                            ("ep", 2), ("ep-fsdp", 4)])
 def test_layout_trains_like_one_process(case: str, procs: int, tmp_path: Path) -> None:
     out = tmp_path / "result.json"
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -48,6 +49,8 @@ def test_layout_trains_like_one_process(case: str, procs: int, tmp_path: Path) -
         assert r["loss"] == pytest.approx(r["ref_loss"], rel=1e-5)
         assert r["worst_grad_rel"] < 1e-5
         assert r["grads"] > 0
+    if case.startswith("ep"):  # a small Qwen3-MoE: both MoE layers' experts split over the ranks
+        assert all(r["expert_parallel_modules"] == 2 for r in ranks)
     if case.startswith("pp"):
         # each stage holds only its own blocks' parameters: together they cover the model once
         assert sum(r["grads"] for r in ranks) == 39

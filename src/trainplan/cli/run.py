@@ -90,6 +90,7 @@ def run_command(
     max_restarts: Annotated[int, typer.Option(help="Restarts of the worker group after a worker dies (torchrun).")] = 2,
     tp: Annotated[int, typer.Option("--tp", help="Tensor parallel degree inside FSDP (kind: transformer, Llama family).")] = 1,
     sp: Annotated[bool, typer.Option("--sp", help="Sequence parallelism over the tensor-parallel ranks.", metavar="")] = False,
+    ep: Annotated[int, typer.Option("--ep", help="Expert parallel degree inside FSDP (kind: transformer, a mixture-of-experts model).")] = 1,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as one JSON line (the last line of stdout).", metavar="")] = False,
 ) -> None:
     """Train JOB on this machine — the best option it can run, or the one named — and compare with the plan."""
@@ -115,6 +116,7 @@ def run_command(
         max_restarts=max_restarts,
         tp=tp,
         sequence_parallel=sp,
+        ep=ep,
     )
     err = Console(stderr=True, markup=False)  # paths and notes are data, not markup
 

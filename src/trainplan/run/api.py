@@ -64,6 +64,7 @@ class RunRequest:
     max_restarts: int = DEFAULT_MAX_RESTARTS
     tp: int = 1  # tensor-parallel degree (fsdp over the remaining ranks)
     sequence_parallel: bool = False
+    ep: int = 1  # expert-parallel degree (each MoE layer's experts split over ep ranks, fsdp over the rest)
 
 
 class ProgressSink(Protocol):
@@ -396,6 +397,7 @@ def resolve_config(
         deepspeed=ds,
         tp=option.tp,
         sequence_parallel=option.sequence_parallel,
+        ep=option.ep,
         notes=notes,
     )
 
@@ -526,16 +528,17 @@ def plan_launch(
     if previous is not None:  # a resumed run keeps its layout unless told otherwise
         strategy = strategy or (previous.strategy.value if job.kind is not JobKind.TABULAR else None)
         devices = devices or (previous.parallel_fits if job.kind is JobKind.TABULAR else previous.world_size)
-    tp, sp = request.tp, request.sequence_parallel
-    if previous is not None and tp == 1 and not sp:  # a resumed run keeps its tensor-parallel layout too
-        tp, sp = previous.tp, previous.sequence_parallel
-    option = choose_option(job_for_prediction, hw, strategy=strategy, devices=devices, tp=tp, sequence_parallel=sp)
+    tp, sp, ep = request.tp, request.sequence_parallel, request.ep
+    if previous is not None and tp == 1 and not sp and ep == 1:  # a resumed run keeps its model-parallel layout too
+        tp, sp, ep = previous.tp, previous.sequence_parallel, previous.ep
+    option = choose_option(job_for_prediction, hw, strategy=strategy, devices=devices, tp=tp, sequence_parallel=sp, ep=ep)
     if previous is not None and job.kind is not JobKind.TABULAR and (
         previous.strategy is not option.strategy or previous.world_size != option.devices or previous.tp != option.tp
+        or previous.ep != option.ep
     ):
         raise SpecError(
-            f"the run was started with {previous.strategy.value} on {previous.world_size} process(es) (tp {previous.tp}); "
-            f"resume it with the same --strategy, --devices and --tp",
+            f"the run was started with {previous.strategy.value} on {previous.world_size} process(es) (tp {previous.tp}, "
+            f"ep {previous.ep}); resume it with the same --strategy, --devices, --tp and --ep",
             field="--resume",
         )
     RunLock.check_free(request.out)

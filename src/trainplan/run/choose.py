@@ -38,6 +38,7 @@ class Option:
     prediction: Prediction
     tp: int = 1  # tensor-parallel degree (run/runtime/model_parallel.py), fsdp over devices / tp ranks
     sequence_parallel: bool = False
+    ep: int = 1  # expert-parallel degree (run/runtime/expert_parallel.py), every rank a data-parallel rank
 
 
 def max_devices(hw: Hardware) -> int:
@@ -92,8 +93,14 @@ def choose_option(
     predictor: Predictor = predict,
     tp: int = 1,
     sequence_parallel: bool = False,
+    ep: int = 1,
 ) -> Option:
     """The option to run ``job`` with on ``hw`` (see the module docstring)."""
+    if ep != 1:
+        if tp != 1 or sequence_parallel:
+            raise SpecError("expert and tensor parallel together are launched (--to torchtitan / megatron), not run "
+                            "here: give --ep or --tp", field="--ep")  # fmt: skip
+        return _choose_expert_parallel(job, hw, strategy, devices, ep)
     if tp != 1 or sequence_parallel:
         return _choose_tensor_parallel(job, hw, strategy, devices, tp, sequence_parallel)
     if devices is not None and devices < 1:
@@ -158,6 +165,52 @@ def _choose_tensor_parallel(job: Any, hw: Hardware, strategy: str | None, device
     note = "no prediction for tensor-parallel runs of this machine yet (trainplan estimate --tp plans GPU clusters)"
     return Option(chosen, n, hw.accelerator, _threads(hw, n), f"named with --tp {tp}" + (" --sp" if sequence_parallel else ""),
                   Prediction(note=note), tp=tp, sequence_parallel=sequence_parallel)  # fmt: skip
+
+
+def _choose_expert_parallel(job: Any, hw: Hardware, strategy: str | None, devices: int | None, ep: int) -> Option:
+    """``--ep N``: each MoE layer's experts split over ``ep`` ranks inside FSDP, for a transformer job's model."""
+    if ep < 1:
+        raise SpecError(f"must be >= 1, got {ep}", field="--ep")
+    if job.kind is not JobKind.TRANSFORMER:
+        raise SpecError(f"expert parallelism runs kind: transformer jobs (a mixture-of-experts model); this is kind: "
+                        f"{job.kind.value}", field="--ep")  # fmt: skip
+    _check_expert_parallel_model(job, ep)
+    chosen = Strategy.parse(strategy) if strategy else Strategy.FSDP
+    if chosen is not Strategy.FSDP:
+        raise SpecError(f"with --ep the ranks shard the rest of the model with fsdp; got {chosen.value}", field="--strategy")
+    n = devices or _default_processes(hw)
+    if n % ep:
+        raise SpecError(f"--ep {ep} must divide the {n} processes (--devices)", field="--ep")
+    check_strategy(chosen, max(n, 2), hw, job)
+    note = "no prediction for expert-parallel runs of this machine yet (trainplan estimate --ep plans GPU clusters)"
+    return Option(chosen, n, hw.accelerator, _threads(hw, n), f"named with --ep {ep}", Prediction(note=note), ep=ep)
+
+
+def _check_expert_parallel_model(job: Any, ep: int) -> None:
+    """Refuse, before any process starts, a model whose experts the expert-parallel runtime does not map
+    (run/runtime/expert_parallel.py): the model is built on the meta device and its experts modules checked."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from trainplan.catalog import checkpoint_dir as checkpoint_path
+    from trainplan.model import UnsupportedArchitecture
+    from trainplan.run.runtime.expert_parallel import check_expert_parallel
+    from trainplan.run.workloads.checks import resolve_arch
+    from trainplan.run.workloads.transformer import hf_config
+
+    if checkpoint_path(job.model) is not None:
+        raise SpecError("--ep trains the job's architecture from random weights so far; a pretrained checkpoint trains "
+                        "data parallel (fsdp, zero*)", field="--ep")  # fmt: skip
+    arch = resolve_arch(job)
+    if arch.moe is None:
+        raise SpecError("expert parallel splits a mixture-of-experts model's experts; this model has none", field="--ep")
+    try:
+        config = hf_config(arch, job.seq_len)
+    except UnsupportedArchitecture as exc:
+        raise SpecError(str(exc), field="model") from None
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    check_expert_parallel(model, ep)
 
 
 def _check_tensor_parallel_model(job: Any, tp: int) -> None:

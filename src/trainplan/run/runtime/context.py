@@ -171,6 +171,7 @@ class Context:
             deepspeed_config=self.config.deepspeed if self.config else None,
             tp=self.tp,
             sequence_parallel=bool(self.config and self.config.sequence_parallel),
+            ep=self.config.ep if self.config else 1,
         )
 
     def _need_wrapped(self) -> Wrapped:

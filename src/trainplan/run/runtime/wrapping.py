@@ -40,6 +40,7 @@ class Placement:
     deepspeed_config: Mapping[str, Any] | None = None
     tp: int = 1  # tensor-parallel degree: FSDP shards over world_size / tp ranks, tensor parallel inside (2-D mesh)
     sequence_parallel: bool = False
+    ep: int = 1  # expert-parallel degree: each MoE layer's experts split over ep ranks, FSDP over world_size / ep
 
 
 @dataclass
@@ -164,6 +165,9 @@ def _wrap_fsdp(model: torch.nn.Module, optimizer: OptimizerArg, placement: Place
     reshard = strategy in (Strategy.FSDP, Strategy.FSDP_OFFLOAD)  # fsdp-grad-op keeps parameters gathered (ZeRO-2-like)
     # pinned host buffers need an accelerator (torch: pin_memory() raises without one)
     offload = CPUOffloadPolicy(pin_memory=device.type == "cuda") if strategy is Strategy.FSDP_OFFLOAD else OffloadPolicy()
+    if placement.ep > 1:
+        shard_experts(model, device.type, placement.world_size, placement.ep,
+                      reshard_after_forward=reshard, mp_policy=mp, offload_policy=offload)  # fmt: skip
     for block in shard_blocks(model):
         fully_shard(block, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp, offload_policy=offload)
     fully_shard(model, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp, offload_policy=offload)
@@ -183,6 +187,21 @@ def _wrap_deepspeed(model: torch.nn.Module, optimizer: OptimizerArg, placement: 
         optimizer = optimizer(model.parameters())  # type: ignore[operator]
     engine, opt, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=dict(placement.deepspeed_config))
     return Wrapped(engine, opt, placement.strategy, engine=engine)
+
+
+def shard_experts(model: torch.nn.Module, device_type: str, world_size: int, ep: int, **fsdp: Any) -> None:
+    """Expert parallel under FSDP (run/runtime/expert_parallel.py): the experts split ``ep`` ways on the inner
+    dimension of a (world / ep, ep) mesh and sharded by FSDP over the outer one, as tensor parallel is."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    from trainplan.run.runtime.expert_parallel import apply_expert_parallel
+
+    if world_size % ep:
+        raise RuntimeError(f"expert parallel degree {ep} must divide the {world_size} processes")
+    mesh = init_device_mesh(device_type, (world_size // ep, ep), mesh_dim_names=("dp_mod_ep", "ep"))
+    for experts in apply_expert_parallel(model, mesh["ep"]):
+        fully_shard(experts, mesh=mesh["dp_mod_ep"], **fsdp)
 
 
 def param_names(model: torch.nn.Module) -> dict[int, str]:

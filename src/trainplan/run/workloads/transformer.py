@@ -250,6 +250,9 @@ def transformer_workload(job: TransformerJob, *, world_size: int, micro_batch: i
     from trainplan.run.workloads.pretrained import checkpoint_path
 
     checkpoint = checkpoint_path(job.model)
+    if checkpoint is not None and config is not None and config.ep > 1:
+        raise SpecError("--ep trains the job's architecture from random weights so far; a pretrained checkpoint trains "
+                        "data parallel (fsdp, zero*)", field="--ep")  # fmt: skip
     if checkpoint is not None and config is not None and config.tp > 1:
         raise SpecError("--tp trains the job's architecture from random weights so far; a pretrained checkpoint trains "
                         "data parallel (fsdp, zero*)", field="--tp")  # fmt: skip
