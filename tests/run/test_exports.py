@@ -49,6 +49,8 @@ CONTEXT_API = [
     "log_event",
     "param_fingerprint",
     "peak_bytes",
+    "pipeline_step",
+    "pipelined",
     "resume",
     "save_checkpoint",
     "step",

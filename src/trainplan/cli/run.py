@@ -91,6 +91,8 @@ def run_command(
     tp: Annotated[int, typer.Option("--tp", help="Tensor parallel degree inside FSDP (kind: transformer, Llama family).")] = 1,
     sp: Annotated[bool, typer.Option("--sp", help="Sequence parallelism over the tensor-parallel ranks.", metavar="")] = False,
     ep: Annotated[int, typer.Option("--ep", help="Expert parallel degree inside FSDP (kind: transformer, a mixture-of-experts model).")] = 1,
+    pp: Annotated[int, typer.Option("--pp", help="Pipeline stages, FSDP over each stage's ranks (kind: transformer, Llama family).")] = 1,
+    vpp: Annotated[int, typer.Option("--vpp", help="Pipeline chunks per rank: interleaved 1F1B (with --pp).")] = 1,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as one JSON line (the last line of stdout).", metavar="")] = False,
 ) -> None:
     """Train JOB on this machine — the best option it can run, or the one named — and compare with the plan."""
@@ -117,6 +119,8 @@ def run_command(
         tp=tp,
         sequence_parallel=sp,
         ep=ep,
+        pp=pp,
+        vpp=vpp,
     )
     err = Console(stderr=True, markup=False)  # paths and notes are data, not markup
 

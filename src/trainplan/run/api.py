@@ -65,6 +65,8 @@ class RunRequest:
     tp: int = 1  # tensor-parallel degree (fsdp over the remaining ranks)
     sequence_parallel: bool = False
     ep: int = 1  # expert-parallel degree (each MoE layer's experts split over ep ranks, fsdp over the rest)
+    pp: int = 1  # pipeline stages (fsdp over each stage's ranks)
+    vpp: int = 1  # chunks per pipeline rank (interleaved 1F1B)
 
 
 class ProgressSink(Protocol):
@@ -355,15 +357,19 @@ def resolve_config(
         )
     check_qlora_strategy(job, option.strategy)
     world = option.devices
-    dp = world // option.tp  # the tp ranks of a data-parallel group train on the same micro-batches
+    dp = world // (option.tp * option.pp)  # the tp ranks / pipeline stages of a data-parallel rank read the same data
     micro = job.micro_batch
-    global_batch = job.global_batch or micro * dp
+    global_batch = job.global_batch or micro * dp * (option.pp if option.pp > 1 else 1)
     if global_batch % (micro * dp):
-        what = "data-parallel ranks" if option.tp > 1 else "processes"
+        what = "data-parallel ranks" if option.tp > 1 or option.pp > 1 else "processes"
         raise SpecError(
             f"({global_batch}) must be a multiple of micro_batch × {what} ({micro} × {dp})", field="global_batch"
         )
     accum = global_batch // (micro * dp)
+    if option.pp > 1 and (accum < option.pp or (option.vpp > 1 and accum % option.pp)):
+        rule = f"a multiple of the {option.pp} stages" if option.vpp > 1 else f"at least the {option.pp} stages"
+        raise SpecError(f"({global_batch}) gives each data-parallel rank {accum} pipeline micro-batches of {micro} a "
+                        f"step; the schedule needs {rule}: raise global_batch", field="global_batch")  # fmt: skip
     precision, notes = precision or _precision(job, option.accelerator, option.strategy)
     notes = (*notes, *extra_notes)
     ds = None
@@ -398,6 +404,8 @@ def resolve_config(
         tp=option.tp,
         sequence_parallel=option.sequence_parallel,
         ep=option.ep,
+        pp=option.pp,
+        vpp=option.vpp,
         notes=notes,
     )
 
@@ -528,17 +536,19 @@ def plan_launch(
     if previous is not None:  # a resumed run keeps its layout unless told otherwise
         strategy = strategy or (previous.strategy.value if job.kind is not JobKind.TABULAR else None)
         devices = devices or (previous.parallel_fits if job.kind is JobKind.TABULAR else previous.world_size)
-    tp, sp, ep = request.tp, request.sequence_parallel, request.ep
-    if previous is not None and tp == 1 and not sp and ep == 1:  # a resumed run keeps its model-parallel layout too
-        tp, sp, ep = previous.tp, previous.sequence_parallel, previous.ep
-    option = choose_option(job_for_prediction, hw, strategy=strategy, devices=devices, tp=tp, sequence_parallel=sp, ep=ep)
+    tp, sp, ep, pp, vpp = request.tp, request.sequence_parallel, request.ep, request.pp, request.vpp
+    if previous is not None and (tp, sp, ep, pp, vpp) == (1, False, 1, 1, 1):  # a resumed run keeps its layout too
+        tp, sp, ep, pp, vpp = previous.tp, previous.sequence_parallel, previous.ep, previous.pp, previous.vpp
+    option = choose_option(job_for_prediction, hw, strategy=strategy, devices=devices, tp=tp, sequence_parallel=sp,
+                           ep=ep, pp=pp, vpp=vpp)  # fmt: skip
     if previous is not None and job.kind is not JobKind.TABULAR and (
-        previous.strategy is not option.strategy or previous.world_size != option.devices or previous.tp != option.tp
-        or previous.ep != option.ep
+        previous.strategy is not option.strategy or previous.world_size != option.devices
+        or (previous.tp, previous.ep, previous.pp, previous.vpp) != (option.tp, option.ep, option.pp, option.vpp)
     ):
         raise SpecError(
             f"the run was started with {previous.strategy.value} on {previous.world_size} process(es) (tp {previous.tp}, "
-            f"ep {previous.ep}); resume it with the same --strategy, --devices, --tp and --ep",
+            f"ep {previous.ep}, pp {previous.pp}, vpp {previous.vpp}); resume it with the same --strategy, --devices, "
+            f"--tp, --ep, --pp and --vpp",
             field="--resume",
         )
     RunLock.check_free(request.out)

@@ -39,6 +39,8 @@ class Option:
     tp: int = 1  # tensor-parallel degree (run/runtime/model_parallel.py), fsdp over devices / tp ranks
     sequence_parallel: bool = False
     ep: int = 1  # expert-parallel degree (run/runtime/expert_parallel.py), every rank a data-parallel rank
+    pp: int = 1  # pipeline stages (run/runtime/model_parallel.py), fsdp over devices / pp ranks of a stage
+    vpp: int = 1  # chunks per pipeline rank (interleaved 1F1B)
 
 
 def max_devices(hw: Hardware) -> int:
@@ -94,8 +96,15 @@ def choose_option(
     tp: int = 1,
     sequence_parallel: bool = False,
     ep: int = 1,
+    pp: int = 1,
+    vpp: int = 1,
 ) -> Option:
     """The option to run ``job`` with on ``hw`` (see the module docstring)."""
+    if pp != 1 or vpp != 1:
+        if tp != 1 or sequence_parallel or ep != 1:
+            raise SpecError("pipeline parallel with tensor or expert parallel is launched (--to torchtitan / "
+                            "megatron), not run here: give one of --pp, --tp, --ep", field="--pp")  # fmt: skip
+        return _choose_pipeline(job, hw, strategy, devices, pp, vpp)
     if ep != 1:
         if tp != 1 or sequence_parallel:
             raise SpecError("expert and tensor parallel together are launched (--to torchtitan / megatron), not run "
@@ -167,6 +176,31 @@ def _choose_tensor_parallel(job: Any, hw: Hardware, strategy: str | None, device
                   Prediction(note=note), tp=tp, sequence_parallel=sequence_parallel)  # fmt: skip
 
 
+def _choose_pipeline(job: Any, hw: Hardware, strategy: str | None, devices: int | None, pp: int, vpp: int) -> Option:
+    """``--pp N [--vpp V]``: pipeline parallel (1F1B, or interleaved with V chunks a rank) × FSDP over each stage's
+    ranks, for a transformer job's built-in Llama-family model."""
+    if pp < 2:
+        raise SpecError(f"pipeline parallel needs at least 2 stages, got {pp}", field="--pp")
+    if vpp < 1:
+        raise SpecError(f"must be >= 1, got {vpp}", field="--vpp")
+    if job.kind is not JobKind.TRANSFORMER:
+        raise SpecError(f"pipeline parallelism runs kind: transformer jobs (a Llama-family model); this is kind: "
+                        f"{job.kind.value}", field="--pp")  # fmt: skip
+    arch = _check_llama_model(job, "--pp")
+    if pp * vpp > arch.layers:
+        raise SpecError(f"pp × vpp = {pp * vpp} pipeline chunks exceed the model's {arch.layers} layers", field="--pp")
+    chosen = Strategy.parse(strategy) if strategy else Strategy.FSDP
+    if chosen is not Strategy.FSDP:
+        raise SpecError(f"with --pp each stage's ranks shard with fsdp; got {chosen.value}", field="--strategy")
+    n = devices or _default_processes(hw)
+    if n % pp:
+        raise SpecError(f"--pp {pp} must divide the {n} processes (--devices)", field="--pp")
+    check_strategy(chosen, max(n, 2), hw, job)
+    note = "no prediction for pipeline-parallel runs of this machine yet (trainplan estimate --pp plans GPU clusters)"
+    named = f"named with --pp {pp}" + (f" --vpp {vpp}" if vpp > 1 else "")
+    return Option(chosen, n, hw.accelerator, _threads(hw, n), named, Prediction(note=note), pp=pp, vpp=vpp)
+
+
 def _choose_expert_parallel(job: Any, hw: Hardware, strategy: str | None, devices: int | None, ep: int) -> Option:
     """``--ep N``: each MoE layer's experts split over ``ep`` ranks inside FSDP, for a transformer job's model."""
     if ep < 1:
@@ -216,25 +250,33 @@ def _check_expert_parallel_model(job: Any, ep: int) -> None:
 def _check_tensor_parallel_model(job: Any, tp: int) -> None:
     """Refuse, before any process starts, a model the tensor-parallel runtime does not map
     (run/runtime/model_parallel.py: Llama-family blocks, heads divisible by tp, randomly initialised)."""
+    arch = _check_llama_model(job, "--tp")
+    kv = arch.kv_heads or arch.heads
+    if arch.heads % tp or kv % tp:
+        raise SpecError(f"tensor parallel degree {tp} must divide the {arch.heads} attention heads and {kv} key-value heads",
+                        field="--tp")  # fmt: skip
+
+
+def _check_llama_model(job: Any, flag: str) -> Any:
+    """The job's architecture, or one line naming ``flag`` when tensor / pipeline parallel runs cannot build it:
+    they map Llama-family blocks and train from random weights (run/runtime/model_parallel.py)."""
+    from trainplan.catalog import checkpoint_dir as checkpoint_path
     from trainplan.model import UnsupportedArchitecture, hf_model_type
     from trainplan.run.workloads.checks import resolve_arch
-    from trainplan.catalog import checkpoint_dir as checkpoint_path
 
     if checkpoint_path(job.model) is not None:
-        raise SpecError("--tp trains the job's architecture from random weights so far; a pretrained checkpoint trains "
-                        "data parallel (fsdp, zero*)", field="--tp")  # fmt: skip
+        raise SpecError(f"{flag} trains the job's architecture from random weights so far; a pretrained checkpoint "
+                        f"trains data parallel (fsdp, zero*)", field=flag)  # fmt: skip
     arch = resolve_arch(job)
     try:
         family = hf_model_type(arch)
     except UnsupportedArchitecture as exc:
         raise SpecError(str(exc), field="model") from None
     if family != "llama":
-        raise SpecError(f"tensor-parallel runs map Llama-family blocks (q/k/v/o, gate/up/down projections); this model "
-                        f"builds as {family}", field="--tp")  # fmt: skip
-    kv = arch.kv_heads or arch.heads
-    if arch.heads % tp or kv % tp:
-        raise SpecError(f"tensor parallel degree {tp} must divide the {arch.heads} attention heads and {kv} key-value heads",
-                        field="--tp")  # fmt: skip
+        what = "tensor" if flag == "--tp" else "pipeline"
+        raise SpecError(f"{what}-parallel runs map Llama-family blocks (q/k/v/o, gate/up/down projections); this "
+                        f"model builds as {family}", field=flag)  # fmt: skip
+    return arch
 
 
 def _default_processes(hw: Hardware) -> int:

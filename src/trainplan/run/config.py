@@ -60,6 +60,8 @@ class RunConfig:
     tp: int = 1  # tensor-parallel degree (fsdp over world_size / tp data-parallel ranks)
     sequence_parallel: bool = False
     ep: int = 1  # expert-parallel degree (fsdp over world_size / ep ranks for the experts)
+    pp: int = 1  # pipeline stages (fsdp over world_size / pp ranks of a stage)
+    vpp: int = 1  # chunks per pipeline rank (interleaved 1F1B)
     parallel_fits: int = 1  # tabular: fits run at once
     threads_per_fit: int = 1  # tabular: library threads per fit
     script: str | None = None
@@ -96,7 +98,7 @@ class RunConfig:
         data = {k: (v.value if isinstance(v, Enum) else v) for k, v in asdict(self).items()}
         data["notes"] = list(self.notes)
         # fields added after version 1 are written only when used, so an older run.json reads and writes unchanged
-        for key, default in (("tp", 1), ("sequence_parallel", False), ("ep", 1)):
+        for key, default in (("tp", 1), ("sequence_parallel", False), ("ep", 1), ("pp", 1), ("vpp", 1)):
             if data[key] == default:
                 del data[key]
         return data

@@ -60,6 +60,14 @@ def run_neural(config: RunConfig, job: Any) -> dict[str, Any] | None:
     tokens = config.global_batch * wl.tokens_per_sample if wl.tokens_per_sample else None
     status = RunStatus.COMPLETED
     for step in range(start, config.total_steps):
+        if ctx.pipelined:  # the schedule runs the step's micro-batches itself; stages hand activations on
+            import torch
+
+            rows = torch.cat([wl.batch(step, micro, ctx.data_rank)["input_ids"] for micro in range(ctx.grad_accum)])
+            if ctx.end_of_step(step + 1, loss=ctx.pipeline_step(rows), tokens=tokens, samples=config.global_batch):
+                status = RunStatus.PREEMPTED
+                break
+            continue
         loss_sum = 0.0
         for micro in range(ctx.grad_accum):
             inputs = to_device(wl.batch(step, micro, ctx.data_rank), ctx.device)

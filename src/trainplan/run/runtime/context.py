@@ -75,8 +75,12 @@ class Context:
         self.grad_accum = config.grad_accum if config else 1
         # tensor parallel: the tp ranks of a data-parallel group see the same batches (ranks ordered dp-major, tp inner)
         self.tp = config.tp if config else 1
+        self.pp = config.pp if config else 1
         self.data_rank = self.rank // self.tp
         self.data_world = max(1, self.world_size // self.tp)
+        if self.pp > 1:  # pipeline: ranks ordered (pp, dp); a stage's dp ranks read different data, its stages the same
+            self.data_world = self.world_size // self.pp
+            self.data_rank = self.rank % self.data_world
         self.global_batch = config.global_batch if config else None
         self.total_steps = config.total_steps if config else None
         self.precision = config.precision if config else Precision.FP32
@@ -172,6 +176,9 @@ class Context:
             tp=self.tp,
             sequence_parallel=bool(self.config and self.config.sequence_parallel),
             ep=self.config.ep if self.config else 1,
+            pp=self.pp,
+            vpp=self.config.vpp if self.config else 1,
+            microbatches=self.grad_accum,
         )
 
     def _need_wrapped(self) -> Wrapped:
@@ -183,6 +190,21 @@ class Context:
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         """Mixed-precision autocast where the plan asks for it (torch engines on CUDA)."""
         return autocast(self._placement())
+
+    @property
+    def pipelined(self) -> bool:
+        """Whether this run is pipeline parallel (the step is :meth:`pipeline_step`, not backward / step)."""
+        return self._need_wrapped().pipeline is not None
+
+    def pipeline_step(self, rows: torch.Tensor) -> float:
+        """Collective: one optimizer step of a pipeline-parallel run over ``rows`` (this data rank's micro-batches of
+        the step, stacked: the schedule cuts them into ``grad_accum`` micro-batches); returns the step's mean loss."""
+        wrapped = self._need_wrapped()
+        assert wrapped.pipeline is not None
+        loss = wrapped.pipeline.step(rows.to(self.device))
+        wrapped.optimizer.step()
+        wrapped.optimizer.zero_grad(set_to_none=True)
+        return float(loss)
 
     def backward(self, loss: torch.Tensor) -> None:
         """Backward of one micro-batch's loss (scaled for gradient accumulation)."""

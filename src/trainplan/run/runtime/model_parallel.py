@@ -136,6 +136,28 @@ def pipeline_chunks(model: nn.Module, *, pp_rank: int, pp: int, vpp: int = 1) ->
     return [(i, PipelineChunk(model, *bounds[i])) for i in range(pp_rank, pp * vpp, pp)]
 
 
+def pipeline_split(model: nn.Module, *, pp_rank: int, pp: int, vpp: int = 1) -> list[tuple[int, PipelineChunk]]:
+    """This pipeline rank's chunks (:func:`pipeline_chunks`), with ``model`` pruned in place to what they hold: the
+    blocks of other ranks become ``nn.Identity`` (so the kept ones keep their indices) and the embedding, final norm
+    and head go where no chunk of this rank uses them.  Parameter names stay the whole model's, so each rank's state
+    dict is its part of the whole model's (as torchtitan keeps its pipeline stages' names)."""
+    if getattr(model.config, "tie_word_embeddings", False) and pp > 1:
+        raise SpecError("a head tied to the embeddings cannot be cut between the first and last pipeline stage",
+                        field="--pp")  # fmt: skip
+    chunks = pipeline_chunks(model, pp_rank=pp_rank, pp=pp, vpp=vpp)
+    kept = {id(layer) for _, chunk in chunks for layer in chunk.layers}
+    inner = model.model
+    for i, layer in enumerate(inner.layers):
+        if id(layer) not in kept:
+            inner.layers[i] = nn.Identity()
+    if not any(chunk.first for _, chunk in chunks):
+        inner.embed_tokens = None
+    if not any(chunk.last for _, chunk in chunks):
+        inner.norm = None
+        model.lm_head = None
+    return chunks
+
+
 def pipeline_schedule(chunks: list[tuple[int, PipelineChunk]], *, pp: int, vpp: int, microbatches: int,
                       group: Any, device: torch.device, loss_fn: Any) -> Any:  # fmt: skip
     """The 1F1B schedule (``vpp`` = 1) or its interleaved variant over this rank's chunks."""

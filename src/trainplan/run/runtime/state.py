@@ -23,7 +23,7 @@ from trainplan.run.checkpoint import (
     save_tensor_file,
     set_rng_state,
 )
-from trainplan.run.runtime.wrapping import Wrapped
+from trainplan.run.runtime.wrapping import Pipeline, Wrapped
 from trainplan.strategies import Engine, Strategy
 
 
@@ -94,13 +94,40 @@ def full_state_dicts(wrapped: Wrapped, *, optimizer: bool = True) -> tuple[dict[
 
     module = wrapped.module
     quantized = has_quantized_base(module)
-    opts = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=quantized)
+    # cpu_offload gives the values to global rank 0 only: a pipeline's stages each need their own part
+    offload = wrapped.pipeline is None
+    opts = StateDictOptions(full_state_dict=True, cpu_offload=offload, ignore_frozen_params=quantized)
     model_sd = get_model_state_dict(module, options=opts)
     if quantized:  # the 4-bit weights' quantization state rides along as extra state: not trained, not saved
         frozen = _frozen_keys(module)
         model_sd = {k: v for k, v in model_sd.items() if not frozen(k)}
     optim_sd = get_optimizer_state_dict(module, wrapped.optimizer, options=opts) if optimizer else None
+    if not offload:
+        model_sd, optim_sd = _to_cpu(model_sd), _to_cpu(optim_sd)
     return model_sd, optim_sd
+
+
+def _to_cpu(tree: Any) -> Any:
+    if isinstance(tree, dict):
+        return {k: _to_cpu(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_to_cpu(v) for v in tree)
+    return tree.detach().to("cpu") if isinstance(tree, torch.Tensor) else tree
+
+
+def _stage_files(folder: Path, pipeline: Pipeline | None) -> tuple[Path, Path]:
+    """The model and optimizer files of a checkpoint: one pair, or one per pipeline stage (each stage's part)."""
+    tag = "" if pipeline is None else f".pp{pipeline.stage}"
+    return folder / f"model{tag}.pt", folder / f"optim{tag}.pt"
+
+
+def _writes_state(wrapped: Wrapped, is_main: bool) -> bool:
+    """Rank 0 writes the state dicts; in a pipeline, the first data-parallel rank of each stage writes its stage's."""
+    if wrapped.pipeline is None:
+        return is_main
+    import torch.distributed as dist
+
+    return dist.get_rank(wrapped.pipeline.dp_group) == 0
 
 
 def save(
@@ -119,9 +146,10 @@ def save(
         wrapped.engine.save_checkpoint(str(folder / "deepspeed"), tag="state", save_latest=False)
     else:
         model_sd, optim_sd = full_state_dicts(wrapped)
-        if is_main:
-            save_tensor_file(model_sd, folder / "model.pt")
-            save_tensor_file(optim_sd, folder / "optim.pt")
+        if _writes_state(wrapped, is_main):
+            model_file, optim_file = _stage_files(folder, wrapped.pipeline)
+            save_tensor_file(model_sd, model_file)
+            save_tensor_file(optim_sd, optim_file)
     trainer = trainer_state()
     save_tensor_file(trainer.to_file_dict(), _trainer_file(folder, rank))
     return store.commit(step, world_size=trainer.world_size, strategy=trainer.strategy.value)
@@ -143,14 +171,15 @@ def restore(ref: CheckpointRef, wrapped: Wrapped, *, rank: int) -> TrainerState:
         module = wrapped.module
         quantized = has_quantized_base(module)
         opts = StateDictOptions(full_state_dict=True, strict=not quantized)
-        keys = set_model_state_dict(module, load_tensor_file(ref.path / "model.pt"), options=opts)
+        model_file, optim_file = _stage_files(ref.path, wrapped.pipeline)
+        keys = set_model_state_dict(module, load_tensor_file(model_file), options=opts)
         if quantized:  # only the frozen base may be missing: it was loaded from the pretrained checkpoint again
             frozen = _frozen_keys(module)
             missing = [k for k in keys.missing_keys if not frozen(k)]
             if missing or keys.unexpected_keys:
                 raise RuntimeError(f"checkpoint {ref.path} does not fit this model: missing {missing[:3]}, "
                                    f"unexpected {list(keys.unexpected_keys)[:3]}")
-        set_optimizer_state_dict(module, wrapped.optimizer, load_tensor_file(ref.path / "optim.pt"), options=opts)
+        set_optimizer_state_dict(module, wrapped.optimizer, load_tensor_file(optim_file), options=opts)
     state = TrainerState.from_file_dict(load_tensor_file(_trainer_file(ref.path, rank)))
     set_rng_state(state.rng)
     return state
@@ -190,6 +219,13 @@ def full_model_state(wrapped: Wrapped, *, is_main: bool) -> dict[str, torch.Tens
         return sd if is_main else None
     if wrapped.engine is not None:
         return {k: v.detach().to("cpu") for k, v in module.state_dict().items()} if is_main else None
+    if wrapped.pipeline is not None:  # every stage's part, gathered on rank 0
+        import torch.distributed as dist
+
+        part = full_state_dicts(wrapped, optimizer=False)[0]  # collective over the stage's ranks
+        parts: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(parts, part if _writes_state(wrapped, is_main) else {})
+        return {k: v for p in parts for k, v in p.items()} if is_main else None
     if wrapped.strategy.engine is Engine.FSDP:
         model_sd = full_state_dicts(wrapped, optimizer=False)[0]
     else:

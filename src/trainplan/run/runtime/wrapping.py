@@ -41,6 +41,9 @@ class Placement:
     tp: int = 1  # tensor-parallel degree: FSDP shards over world_size / tp ranks, tensor parallel inside (2-D mesh)
     sequence_parallel: bool = False
     ep: int = 1  # expert-parallel degree: each MoE layer's experts split over ep ranks, FSDP over world_size / ep
+    pp: int = 1  # pipeline stages: ranks ordered (pp, dp), FSDP over the world_size / pp ranks of a stage
+    vpp: int = 1  # chunks per pipeline rank (interleaved 1F1B when > 1)
+    microbatches: int = 1  # pipeline micro-batches a step (the accumulation count)
 
 
 @dataclass
@@ -52,6 +55,7 @@ class Wrapped:
     strategy: Strategy
     engine: Any = None  # the DeepSpeed engine (DeepSpeed strategies)
     scaler: Any = None  # torch.amp.GradScaler (fp16 on CUDA, plain torch)
+    pipeline: "Pipeline | None" = None  # pipeline-parallel runs: this rank's schedule
 
     @property
     def module(self) -> torch.nn.Module:
@@ -111,6 +115,8 @@ def wrap(model: torch.nn.Module, optimizer: OptimizerArg, placement: Placement, 
     to fill its shards after sharding.
     """
     engine = placement.strategy.engine
+    if placement.pp > 1:
+        return _wrap_pipeline(model, optimizer, placement)
     if engine is Engine.FSDP:
         return _wrap_fsdp(model, optimizer, placement, materialize)
     if any(p.is_meta for p in model.parameters()):
@@ -133,6 +139,71 @@ def _wrap_torch(model: torch.nn.Module, optimizer: OptimizerArg, placement: Plac
         model = DistributedDataParallel(model, device_ids=ids)
     scaler = torch.amp.GradScaler("cuda") if precision is Precision.FP16 and device.type == "cuda" else None
     return Wrapped(model, opt, strategy, scaler=scaler)
+
+
+@dataclass
+class Pipeline:
+    """This rank's part of a pipeline-parallel run (run/runtime/model_parallel.py): its schedule, whether it feeds
+    the first stage or holds the last, and the groups of its stage's data-parallel ranks."""
+
+    schedule: Any
+    first: bool
+    last: bool
+    stage: int  # this rank's pipeline rank (0 … pp − 1)
+    pp: int
+    dp_group: Any  # the ranks of this pipeline rank that train on other data (FSDP's dimension)
+
+    def step(self, rows: torch.Tensor) -> torch.Tensor:
+        """Collective: forward and backward of ``rows`` (the step's micro-batches, stacked) through the pipeline;
+        returns the mean loss of the whole step over every data-parallel rank (every rank gets it)."""
+        import torch.distributed as dist
+
+        losses: list[torch.Tensor] = []
+        inputs = (rows,) if self.first else ()
+        if self.last:
+            self.schedule.step(*inputs, target=rows, losses=losses)
+        else:
+            self.schedule.step(*inputs)
+        mine = torch.stack([v.detach().float() for v in losses]).mean() if losses else torch.zeros(())
+        total = mine.reshape(1).to(rows.device)
+        dist.all_reduce(total)  # only the last stage's ranks contribute: the sum over data-parallel ranks
+        return total[0] / (dist.get_world_size() // self.pp)
+
+
+def _wrap_pipeline(model: torch.nn.Module, optimizer: OptimizerArg, placement: Placement) -> Wrapped:
+    """Pipeline parallel × FSDP: ranks on a (pp, dp) mesh; this rank keeps its chunks of the model
+    (``pipeline_split``), FSDP shards each block and each chunk over the stage's dp ranks, and torch's 1F1B or
+    interleaved 1F1B schedule runs the step's micro-batches (gradients scaled to their mean by the schedule)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    from trainplan.run.runtime.model_parallel import causal_lm_loss, pipeline_schedule, pipeline_split
+
+    device, precision, pp = placement.device, placement.precision, placement.pp
+    if placement.strategy is not Strategy.FSDP:
+        raise RuntimeError(f"pipeline parallel runs with fsdp over each stage's ranks, not {placement.strategy.value}")
+    mesh = init_device_mesh(device.type, (pp, placement.world_size // pp), mesh_dim_names=("pp", "dp"))
+    stage = mesh["pp"].get_local_rank()
+    chunks = pipeline_split(model, pp_rank=stage, pp=pp, vpp=placement.vpp)
+    model = model.to(device)
+    if precision is Precision.BF16_PURE:
+        model = model.to(torch.bfloat16)
+    mp = MixedPrecisionPolicy()
+    if device.type == "cuda" and precision in (Precision.BF16, Precision.FP16):
+        half = torch.bfloat16 if precision is Precision.BF16 else torch.float16
+        mp = MixedPrecisionPolicy(param_dtype=half, reduce_dtype=torch.float32)
+    for _, chunk in chunks:
+        for layer in chunk.layers:
+            fully_shard(layer, mesh=mesh["dp"], mp_policy=mp)
+        fully_shard(chunk, mesh=mesh["dp"], mp_policy=mp)  # the embedding / norm / head this chunk holds
+    if not _is_factory(optimizer):
+        raise RuntimeError("pipeline parallel builds the optimizer over this rank's stages: pass an optimizer factory")
+    opt = optimizer(model.parameters())  # type: ignore[operator]
+    schedule = pipeline_schedule(chunks, pp=pp, vpp=placement.vpp, microbatches=placement.microbatches,
+                                 group=mesh["pp"].get_group(), device=device, loss_fn=causal_lm_loss)  # fmt: skip
+    pipe = Pipeline(schedule, first=any(c.first for _, c in chunks), last=any(c.last for _, c in chunks),
+                    stage=stage, pp=pp, dp_group=mesh["dp"].get_group())  # fmt: skip
+    return Wrapped(model, opt, placement.strategy, pipeline=pipe)
 
 
 def _wrap_fsdp(model: torch.nn.Module, optimizer: OptimizerArg, placement: Placement,
