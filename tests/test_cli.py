@@ -262,7 +262,11 @@ def test_plan_json_rejects_ddp_on_80gb_gpus_with_an_explanation(capsys) -> None:
 
 
 def test_plan_without_argument_plans_the_reference_job(capsys) -> None:
-    assert run_json(capsys, "plan", "--json") == run_json(capsys, "plan", REF, "--json")
+    from trainplan.cli.common import REFERENCE_JOB, example_path
+
+    bare = run_json(capsys, "plan", "--json")
+    assert bare == run_json(capsys, "plan", str(example_path(REFERENCE_JOB)), "--json")
+    assert bare["job"] == "llama7b-sft"
 
 
 def test_plan_objective_time_puts_the_fastest_first(capsys) -> None:

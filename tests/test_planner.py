@@ -433,9 +433,9 @@ def test_billing_minimum_is_charged_for_a_tiny_job(tmp_path: Path) -> None:
             billed_clouds += 1
             assert e.cost_usd == pytest.approx(per_s * hw.terms.billing_minimum_s)
             assert e.cost_usd > per_s * e.train_s * 100
-        else:  # owned workstation: no minimum
-            assert hw.cloud == "local"
-            assert e.cost_usd == pytest.approx(per_s * e.train_s)
+        else:  # owned workstation, or a cloud billing by the second without a minimum
+            assert hw.cloud == "local" or hw.terms.billing_increment_s <= 1
+            assert e.cost_usd == pytest.approx(per_s * billed_seconds(e.train_s, hw.terms))  # whole seconds, or exact
     assert billed_clouds > 10
 
 
@@ -495,6 +495,8 @@ def _reference_with(**changes):
     import yaml
 
     data = yaml.safe_load((FIXTURES / "llama7b-sft.yaml").read_text(encoding="utf-8"))
+    if "constraints" in changes:  # added to the fixture's own (its clouds), as a user edits a job file
+        changes = {**changes, "constraints": {**data.get("constraints", {}), **changes["constraints"]}}
     data.update(changes)
     return parse_job(data)
 

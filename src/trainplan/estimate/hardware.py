@@ -166,12 +166,14 @@ def hardware_for_gpu(acc: Accelerator, catalog: Catalog, *, gpus: int, nodes: in
 
     Interconnect, host and price are borrowed from the catalog instance with
     this accelerator whose GPU count is the smallest ≥ ``gpus`` (cheapest on a
-    tie), and the price is scaled to ``gpus`` per node.
+    tie; for several nodes, among the instances with a network), and the price is scaled to ``gpus`` per node.
     """
     rows = [i for i in catalog.instances if i.accelerator == acc.id]
     if not rows:
         raise CatalogError(f"no instance in the catalog carries {acc.id}; add one that does to your own catalog "
                            "(trainplan --catalog DIR, or trainplan catalog import-skypilot: docs/catalog.md)", field="--gpu")
+    if nodes > 1:  # several nodes talk over a network: borrow from an instance that has one (single-node rentals do not)
+        rows = [i for i in rows if i.network_gbps] or rows
     big_enough = [i for i in rows if i.accelerator_count >= gpus] or rows
     ref = min(big_enough, key=lambda i: (i.accelerator_count, i.price_usd_per_h / i.accelerator_count))
     per_gpu = ref.price_usd_per_h / ref.accelerator_count
