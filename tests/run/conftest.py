@@ -202,6 +202,27 @@ def run(job: Path, out: Path, **options: Any) -> RunSummary:
     return execute(RunRequest(job_path=job, out=out, checkpoint_minutes=None, **options), progress=None)
 
 
+def step_losses(out: Path) -> list[float]:
+    """The loss of each step a run logged (``metrics.jsonl``)."""
+    return [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines() if '"loss"' in line]
+
+
+def assert_same_training(out: Path, reference: Path, steps: int) -> list[float]:
+    """Two runs of the same job and batches agree: every step's loss (fp32 on CPU, sums reordered across ranks:
+    relative 1e-5) and every tensor of the saved ``model.pt``, under the same names.  Returns the losses."""
+    import pytest
+
+    a, b = step_losses(out), step_losses(reference)
+    assert len(a) == len(b) == steps
+    assert a == pytest.approx(b, rel=1e-5)
+    saved, ref = load_state(out / "model.pt"), load_state(reference / "model.pt")
+    assert saved.keys() == ref.keys()
+    import torch
+
+    assert all(torch.allclose(saved[k], ref[k], rtol=1e-4, atol=1e-6) for k in saved)
+    return a
+
+
 def rank_records(out: Path, stage: str) -> list[dict[str, Any]]:
     """The ``ranks/rank<r>.<stage>.json`` records of a run, by rank."""
     files = sorted((out / "ranks").glob(f"rank*.{stage}.json"))

@@ -27,36 +27,26 @@ def _job(tmp_path: Path, model: object = None) -> Path:
         "global_batch": 4, "precision": "fp32", "optimizer": "adamw", "steps": 6, "data": "synthetic"})  # fmt: skip
 
 
-def _losses(out: Path) -> list[float]:
-    return [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines() if '"loss"' in line]
-
-
 @pytest.mark.slow
 def test_expert_parallel_run_trains_like_fsdp_and_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """2 processes, EP 2, against FSDP on 2 (this 2-core machine runs no more FSDP processes; the library test
     ``ep-fsdp`` covers 4 ranks with the experts' FSDP over 2): the same batches reach the same ranks, so every step's
     loss and the saved model agree (fp32, reordered sums)."""
-    import torch
-    from conftest import run
+    from conftest import assert_same_training, load_state, run, step_losses
 
     job = _job(tmp_path)
     ep = run(job, tmp_path / "ep", devices=2, ep=2, checkpoint_every=2)
     dp = run(job, tmp_path / "dp", devices=2, strategy="fsdp")
     assert ep.status == dp.status == "completed" and ep.devices == 2 and ep.strategy == "fsdp"
-    a, b = _losses(tmp_path / "ep"), _losses(tmp_path / "dp")
-    assert len(a) == len(b) == 6
-    assert a == pytest.approx(b, rel=1e-5)
+    a = assert_same_training(tmp_path / "ep", tmp_path / "dp", steps=6)
     assert json.loads((tmp_path / "ep" / "run.json").read_text())["ep"] == 2
-    saved = torch.load(tmp_path / "ep" / "model.pt", map_location="cpu", weights_only=True)
-    reference = torch.load(tmp_path / "dp" / "model.pt", map_location="cpu", weights_only=True)
+    saved = load_state(tmp_path / "ep" / "model.pt")
     assert saved["model.layers.0.mlp.experts.gate_up_proj"].shape[0] == 4  # the whole model, every expert
-    assert saved.keys() == reference.keys()
-    assert all(torch.allclose(saved[k], reference[k], rtol=1e-4, atol=1e-6) for k in saved)
     monkeypatch.setenv("TRAINPLAN_FAULT_SIGKILL_AT_STEP", "4")
     monkeypatch.setenv("TRAINPLAN_FAULT_RANK", "1")
     killed = run(job, tmp_path / "killed", devices=2, ep=2, checkpoint_every=2)
     assert killed.status == "completed" and killed.restarts == 1
-    assert _losses(tmp_path / "killed")[-1] == pytest.approx(a[-1], rel=1e-6)
+    assert step_losses(tmp_path / "killed")[-1] == pytest.approx(a[-1], rel=1e-6)
 
 
 DENSE = {"arch": "decoder", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "ffn_hidden": 128, "vocab": 256,

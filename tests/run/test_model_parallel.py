@@ -67,23 +67,19 @@ TINY_LLAMA_JOB = {
 }  # fmt: skip
 
 
-def _losses(out: Path) -> list[float]:
-    return [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines() if '"loss"' in line]
-
-
 @pytest.mark.slow
 def test_run_with_tensor_and_sequence_parallel_trains_like_fsdp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """4 processes: TP 2 + SP inside FSDP over 2 data-parallel ranks, against FSDP on 2 processes — the same
     batches reach the same ranks, so every step's loss agrees (fp32 on CPU, reordered sums: 1e-5); a worker killed at
     step 4 is restarted, resumes from its 2-D (DTensor) checkpoint and ends on the same loss."""
-    from conftest import run, write_job
+    from conftest import run, step_losses, write_job
 
     job = write_job(tmp_path / "job.yaml", TINY_LLAMA_JOB)
     tp = run(job, tmp_path / "tp", devices=4, tp=2, sequence_parallel=True, checkpoint_every=2)
     dp = run(job, tmp_path / "dp", devices=2, strategy="fsdp")
     assert tp.status == dp.status == "completed"
     assert tp.devices == 4 and tp.strategy == "fsdp"
-    a, b = _losses(tmp_path / "tp"), _losses(tmp_path / "dp")
+    a, b = step_losses(tmp_path / "tp"), step_losses(tmp_path / "dp")
     assert len(a) == len(b) == 6
     assert a == pytest.approx(b, rel=1e-5)
     config = json.loads((tmp_path / "tp" / "run.json").read_text())
@@ -92,7 +88,7 @@ def test_run_with_tensor_and_sequence_parallel_trains_like_fsdp(tmp_path: Path, 
     monkeypatch.setenv("TRAINPLAN_FAULT_RANK", "1")
     killed = run(job, tmp_path / "killed", devices=4, tp=2, sequence_parallel=True, checkpoint_every=2)
     assert killed.status == "completed" and killed.restarts == 1
-    assert _losses(tmp_path / "killed")[-1] == pytest.approx(a[-1], rel=1e-6)
+    assert step_losses(tmp_path / "killed")[-1] == pytest.approx(a[-1], rel=1e-6)
 
 
 @pytest.mark.parametrize(

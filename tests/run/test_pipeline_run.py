@@ -21,50 +21,39 @@ LLAMA_JOB = {
 }  # fmt: skip
 
 
-def _losses(out: Path) -> list[float]:
-    return [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines() if '"loss"' in line]
-
-
 @pytest.mark.slow
 def test_pipeline_times_fsdp_trains_like_fsdp_and_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """4 processes, PP 2 × FSDP 2, against FSDP on 2: the stages of a data-parallel rank read that rank's batches,
     cut into the same micro-batches, so every step's loss and the saved model agree (fp32, reordered sums)."""
-    import torch
-    from conftest import run, write_job
+    from conftest import assert_same_training, run, step_losses, write_job
 
     job = write_job(tmp_path / "job.yaml", LLAMA_JOB)
     pp = run(job, tmp_path / "pp", devices=4, pp=2, checkpoint_every=2)
     dp = run(job, tmp_path / "dp", devices=2, strategy="fsdp")
     assert pp.status == dp.status == "completed" and pp.devices == 4 and pp.strategy == "fsdp"
-    a, b = _losses(tmp_path / "pp"), _losses(tmp_path / "dp")
-    assert len(a) == len(b) == 6
-    assert a == pytest.approx(b, rel=1e-5)
+    a = assert_same_training(tmp_path / "pp", tmp_path / "dp", steps=6)  # model.pt: every stage's part, whole names
     config = json.loads((tmp_path / "pp" / "run.json").read_text())
     assert config["pp"] == 2 and config["grad_accum"] == 2  # 8 rows = 2 data ranks × 2 micro-batches of 2
-    saved = torch.load(tmp_path / "pp" / "model.pt", map_location="cpu", weights_only=True)
-    reference = torch.load(tmp_path / "dp" / "model.pt", map_location="cpu", weights_only=True)
-    assert saved.keys() == reference.keys()  # every stage's part, under the whole model's names
-    assert all(torch.allclose(saved[k], reference[k], rtol=1e-4, atol=1e-6) for k in saved)
     step = sorted((tmp_path / "pp" / "checkpoints").glob("step_*"))[-1]
     assert {f.name for f in step.glob("model*.pt")} == {"model.pp0.pt", "model.pp1.pt"}
     monkeypatch.setenv("TRAINPLAN_FAULT_SIGKILL_AT_STEP", "4")
     monkeypatch.setenv("TRAINPLAN_FAULT_RANK", "3")
     killed = run(job, tmp_path / "killed", devices=4, pp=2, checkpoint_every=2)
     assert killed.status == "completed" and killed.restarts == 1
-    assert _losses(tmp_path / "killed")[-1] == pytest.approx(a[-1], rel=1e-6)
+    assert step_losses(tmp_path / "killed")[-1] == pytest.approx(a[-1], rel=1e-6)
 
 
 @pytest.mark.slow
 def test_interleaved_pipeline_trains_like_one_process(tmp_path: Path) -> None:
     """2 processes, 2 chunks each (interleaved 1F1B over 4 one-block chunks), against one process with the same
     4 accumulated micro-batches a step."""
-    from conftest import run, write_job
+    from conftest import assert_same_training, run, write_job
 
     job = write_job(tmp_path / "job.yaml", LLAMA_JOB)
     pp = run(job, tmp_path / "pp", devices=2, pp=2, vpp=2)
     one = run(job, tmp_path / "one", devices=1, strategy="single")
     assert pp.status == one.status == "completed"
-    assert _losses(tmp_path / "pp") == pytest.approx(_losses(tmp_path / "one"), rel=1e-5)
+    assert_same_training(tmp_path / "pp", tmp_path / "one", steps=6)
 
 
 @pytest.mark.parametrize(

@@ -160,20 +160,11 @@ def _choose_tensor_parallel(job: Any, hw: Hardware, strategy: str | None, device
         raise SpecError(f"must be >= 1, got {tp}", field="--tp")
     if sequence_parallel and tp == 1:
         raise SpecError("sequence parallelism shards activations over the tensor-parallel ranks: it needs --tp > 1", field="--sp")
-    if job.kind is not JobKind.TRANSFORMER:
-        raise SpecError(f"tensor parallelism runs kind: transformer jobs (a Llama-family model); this is kind: {job.kind.value}",
-                        field="--tp")  # fmt: skip
+    _require_transformer(job, "--tp", "tensor", "a Llama-family model")
     _check_tensor_parallel_model(job, tp)
-    chosen = Strategy.parse(strategy) if strategy else Strategy.FSDP
-    if chosen is not Strategy.FSDP:
-        raise SpecError(f"with --tp the data-parallel ranks shard with fsdp (a 2-D mesh); got {chosen.value}", field="--strategy")
-    n = devices or _default_processes(hw)
-    if n % tp:
-        raise SpecError(f"--tp {tp} must divide the {n} processes (--devices)", field="--tp")
-    check_strategy(chosen, max(n, 2), hw, job)
-    note = "no prediction for tensor-parallel runs of this machine yet (trainplan estimate --tp plans GPU clusters)"
-    return Option(chosen, n, hw.accelerator, _threads(hw, n), f"named with --tp {tp}" + (" --sp" if sequence_parallel else ""),
-                  Prediction(note=note), tp=tp, sequence_parallel=sequence_parallel)  # fmt: skip
+    named = f"named with --tp {tp}" + (" --sp" if sequence_parallel else "")
+    return _model_parallel_option(job, hw, strategy, devices, "--tp", tp, "tensor", named, tp=tp,
+                                  sequence_parallel=sequence_parallel)  # fmt: skip
 
 
 def _choose_pipeline(job: Any, hw: Hardware, strategy: str | None, devices: int | None, pp: int, vpp: int) -> Option:
@@ -183,41 +174,42 @@ def _choose_pipeline(job: Any, hw: Hardware, strategy: str | None, devices: int 
         raise SpecError(f"pipeline parallel needs at least 2 stages, got {pp}", field="--pp")
     if vpp < 1:
         raise SpecError(f"must be >= 1, got {vpp}", field="--vpp")
-    if job.kind is not JobKind.TRANSFORMER:
-        raise SpecError(f"pipeline parallelism runs kind: transformer jobs (a Llama-family model); this is kind: "
-                        f"{job.kind.value}", field="--pp")  # fmt: skip
+    _require_transformer(job, "--pp", "pipeline", "a Llama-family model")
     arch = _check_llama_model(job, "--pp")
     if pp * vpp > arch.layers:
         raise SpecError(f"pp × vpp = {pp * vpp} pipeline chunks exceed the model's {arch.layers} layers", field="--pp")
-    chosen = Strategy.parse(strategy) if strategy else Strategy.FSDP
-    if chosen is not Strategy.FSDP:
-        raise SpecError(f"with --pp each stage's ranks shard with fsdp; got {chosen.value}", field="--strategy")
-    n = devices or _default_processes(hw)
-    if n % pp:
-        raise SpecError(f"--pp {pp} must divide the {n} processes (--devices)", field="--pp")
-    check_strategy(chosen, max(n, 2), hw, job)
-    note = "no prediction for pipeline-parallel runs of this machine yet (trainplan estimate --pp plans GPU clusters)"
     named = f"named with --pp {pp}" + (f" --vpp {vpp}" if vpp > 1 else "")
-    return Option(chosen, n, hw.accelerator, _threads(hw, n), named, Prediction(note=note), pp=pp, vpp=vpp)
+    return _model_parallel_option(job, hw, strategy, devices, "--pp", pp, "pipeline", named, pp=pp, vpp=vpp)
 
 
 def _choose_expert_parallel(job: Any, hw: Hardware, strategy: str | None, devices: int | None, ep: int) -> Option:
     """``--ep N``: each MoE layer's experts split over ``ep`` ranks inside FSDP, for a transformer job's model."""
     if ep < 1:
         raise SpecError(f"must be >= 1, got {ep}", field="--ep")
-    if job.kind is not JobKind.TRANSFORMER:
-        raise SpecError(f"expert parallelism runs kind: transformer jobs (a mixture-of-experts model); this is kind: "
-                        f"{job.kind.value}", field="--ep")  # fmt: skip
+    _require_transformer(job, "--ep", "expert", "a mixture-of-experts model")
     _check_expert_parallel_model(job, ep)
+    return _model_parallel_option(job, hw, strategy, devices, "--ep", ep, "expert", f"named with --ep {ep}", ep=ep)
+
+
+def _require_transformer(job: Any, flag: str, what: str, model: str) -> None:
+    if job.kind is not JobKind.TRANSFORMER:
+        raise SpecError(f"{what} parallelism runs kind: transformer jobs ({model}); this is kind: {job.kind.value}",
+                        field=flag)  # fmt: skip
+
+
+def _model_parallel_option(job: Any, hw: Hardware, strategy: str | None, devices: int | None, flag: str, degree: int,
+                           what: str, named: str, **degrees: Any) -> Option:  # fmt: skip
+    """The option of a run split ``degree`` ways by ``flag`` (--tp, --pp, --ep): FSDP shards over the ranks what the
+    split leaves whole, ``degree`` divides the processes, and no prediction is made for this machine."""
     chosen = Strategy.parse(strategy) if strategy else Strategy.FSDP
     if chosen is not Strategy.FSDP:
-        raise SpecError(f"with --ep the ranks shard the rest of the model with fsdp; got {chosen.value}", field="--strategy")
+        raise SpecError(f"with {flag} the ranks shard the rest of the model with fsdp; got {chosen.value}", field="--strategy")
     n = devices or _default_processes(hw)
-    if n % ep:
-        raise SpecError(f"--ep {ep} must divide the {n} processes (--devices)", field="--ep")
+    if n % degree:
+        raise SpecError(f"{flag} {degree} must divide the {n} processes (--devices)", field=flag)
     check_strategy(chosen, max(n, 2), hw, job)
-    note = "no prediction for expert-parallel runs of this machine yet (trainplan estimate --ep plans GPU clusters)"
-    return Option(chosen, n, hw.accelerator, _threads(hw, n), f"named with --ep {ep}", Prediction(note=note), ep=ep)
+    note = f"no prediction for {what}-parallel runs of this machine yet (trainplan estimate {flag} plans GPU clusters)"
+    return Option(chosen, n, hw.accelerator, _threads(hw, n), named, Prediction(note=note), **degrees)
 
 
 def _check_expert_parallel_model(job: Any, ep: int) -> None:
