@@ -152,6 +152,9 @@ class StackKnobs(BaseModel):
     # fp32 matmuls on TF32 tensor cores (torch.backends.cuda.matmul.allow_tf32 = True, or
     # torch.set_float32_matmul_precision("high")); PyTorch leaves it off by default since 1.12
     tf32_matmul: bool | None = None
+    # precision fp8 under FSDP: the float8 linears' weights are all-gathered in FP8, cast on each rank's shard (torchao
+    # Float8LinearConfig.enable_fsdp_float8_all_gather; torchtitan's float8 enable_fsdp_float8_all_gather, off by default)
+    fp8_all_gather: bool | None = None
 
 
 class TabularLibrary(str, Enum):

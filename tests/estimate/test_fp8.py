@@ -83,3 +83,56 @@ def test_fp8_for_moe_is_refused_and_run_does_not_train_it() -> None:
     with pytest.raises(SpecError, match="fp8 is planned, not run here") as exc:
         check_supported(job, resolve_model("llama-3.1-8b"))
     assert exc.value.field == "precision"
+
+
+def test_fp8_all_gather_gathers_the_float8_weights_in_one_byte_under_fsdp_only() -> None:
+    """knobs.fp8_all_gather (torchao enable_fsdp_float8_all_gather): FSDP's parameter all-gathers move 1 byte per
+    float8 linear weight instead of 2; the other parameters, the gradient reduce-scatter and DeepSpeed's ZeRO-3 stay
+    16-bit."""
+    from trainplan.estimate.comms import collective_seconds, comm_plan
+    from trainplan.estimate.steptime import links_for
+    from trainplan.estimate.transformer import transformer_profile
+    from trainplan.spec import Precision
+    from trainplan.strategies import Layout
+
+    cat = get_catalog()
+    job = parse_job({**BASE, "precision": "fp8", "knobs": {"fp8_all_gather": True}})
+    profile = transformer_profile(job, cat)
+    arch = _arch(job)
+    linear = sum(i * o for i, o in arch_mod.linear_shapes(arch).values()) * arch.blocks
+    assert profile.fp8_gather_fraction == pytest.approx(linear / profile.params.total)
+    assert 0.8 < profile.fp8_gather_fraction < 0.95  # Llama 3.1 8B: the block linears, not the embeddings and head
+    hw = hardware_for_gpu(cat.accelerators["H100-80GB"], cat, gpus=8, nodes=4)
+    links, total, f = links_for(hw, cat), profile.params.total, profile.fp8_gather_fraction
+    kw = dict(layout=hw.layout, links=links, trainable_params=total, total_params=total, precision=Precision.FP8)
+    plain, fp8 = comm_plan(Strategy.FSDP, **kw), comm_plan(Strategy.FSDP, fp8_gather_fraction=f, **kw)
+    assert plain.per_micro_forward == pytest.approx(collective_seconds(2 * total, 1, hw.layout, links))
+    assert fp8.per_micro_forward == pytest.approx(collective_seconds(total * (2 - f), 1, hw.layout, links))
+    rs = plain.per_micro_backward - plain.per_micro_forward  # the gradients' reduce-scatter: 16-bit either way
+    assert fp8.per_micro_backward == pytest.approx(fp8.per_micro_forward + rs)
+    assert comm_plan(Strategy.ZERO3, fp8_gather_fraction=f, **kw) == comm_plan(Strategy.ZERO3, **kw)
+    # where the gathers are exposed (short sequences over 16 nodes), the step gets shorter by the bytes saved
+    short = {**BASE, "precision": "fp8", "seq_len": 1024, "global_batch": 128}
+    many = hardware_for_gpu(cat.accelerators["H100-80GB"], cat, gpus=8, nodes=16)
+    off = estimate_transformer(parse_job(short), many, Strategy.FSDP, cat)
+    on = estimate_transformer(parse_job({**short, "knobs": {"fp8_all_gather": True}}), many, Strategy.FSDP, cat)
+    assert 0 < on.time_breakdown["comm_exposed_s"] < off.time_breakdown["comm_exposed_s"]
+    assert on.time_breakdown["compute_s"] == pytest.approx(off.time_breakdown["compute_s"])
+
+
+def _arch(job):  # noqa: ANN001, ANN202
+    from trainplan.estimate.transformer import resolve_transformer
+
+    return resolve_transformer(job, get_catalog()).arch
+
+
+def test_fp8_all_gather_needs_precision_fp8(capsys: pytest.CaptureFixture[str], tmp_path) -> None:  # noqa: ANN001
+    import yaml
+
+    from trainplan.cli.main import main
+
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({**BASE, "name": "x", "precision": "bf16", "knobs": {"fp8_all_gather": True}}))
+    assert main(["estimate", str(job), "--gpu", "H100-80GB", "--gpus", "8", "--strategy", "fsdp"]) == 2
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "knobs.fp8_all_gather" in lines[0] and "precision: fp8" in lines[0]

@@ -67,6 +67,7 @@ def comm_plan(
     trainable_params: float,
     total_params: float,
     precision: Precision,
+    fp8_gather_fraction: float = 0.0,
 ) -> CommPlan:
     """The collectives of one optimizer step for ``strategy`` and their times.
 
@@ -74,13 +75,19 @@ def comm_plan(
     16-bit under DeepSpeed and FSDP mixed precision.  DeepSpeed ZeRO-2 and
     ZeRO-3/FSDP reduce every micro-batch (they cannot keep unsharded gradients);
     DDP and ZeRO-1 reduce once per optimizer step (``no_sync``).
+    ``fp8_gather_fraction`` (knobs.fp8_all_gather, precision fp8): under FSDP that share of the parameters — the
+    float8 linears' weights — is all-gathered at 1 byte per element, cast on each rank's shard before the gather
+    (torchao ``float8/fsdp_utils.py``: ``WeightWithDynamicFloat8CastTensor.fsdp_pre_all_gather``; tensor-wise
+    scaling only, ``Float8LinearConfig.__post_init__``); DeepSpeed's ZeRO-3 gathers 16-bit.  Gradients are reduced
+    in 16 bits either way.
     """
     zero = CommPlan(0.0, 0.0, 0.0, 0.0)
     if layout.world_size <= 1:
         return zero
     e = precision.compute_bytes
     grad_bytes = trainable_params * (4 if strategy.engine is Engine.TORCH and precision.mixed else e)
-    param16 = total_params * e
+    f8 = fp8_gather_fraction if strategy.engine is Engine.FSDP else 0.0
+    param16 = total_params * (e * (1.0 - f8) + 1.0 * f8)  # the gathered parameters' bytes
     if strategy is Strategy.DDP:
         return CommPlan(0.0, 0.0, collective_seconds(grad_bytes, 2, layout, links), 0.0)
     stage = strategy.zero_stage

@@ -310,7 +310,7 @@ def compose(
                 trainable_local=max(ld.dense_params + ld.expert_params for ld in loads), efficiency=eff,
                 model_split=profile.split, adafactor_elems_per_param=profile.params.factored_state_elems,
                 split=profile.flops.split if efficiency is None else None, foreach_optimizer=profile.foreach_optimizer,
-                tf32_matmul=profile.tf32_matmul,
+                tf32_matmul=profile.tf32_matmul, fp8_gather_fraction=profile.fp8_gather_fraction,
             )  # fmt: skip
         else:
             st = step_time(
@@ -321,6 +321,7 @@ def compose(
                 adafactor_elems_per_param=profile.params.factored_state_elems,
                 split=profile.flops.split if efficiency is None else None,  # a measured efficiency covers the whole step
                 foreach_optimizer=profile.foreach_optimizer, tf32_matmul=profile.tf32_matmul,
+                fp8_gather_fraction=profile.fp8_gather_fraction,
             )  # fmt: skip
         seconds, mfu, breakdown = st.seconds, st.mfu, st.breakdown
         if st.reason and rejection is None:

@@ -111,6 +111,8 @@ class StepProfile:
     # backward (the stack's knobs, catalog/data/stacks.yaml): its step moves more bytes (steptime.optimizer_bytes_touched)
     foreach_optimizer: bool = False
     tf32_matmul: bool = False  # fp32 matmuls on TF32 tensor cores (knobs.tf32_matmul)
+    # the share of the parameters FSDP all-gathers in FP8 (knobs.fp8_all_gather: the float8 linears' weights)
+    fp8_gather_fraction: float = 0.0
 
     # Names the tests and reports know from the trace result.
     @property

@@ -20,6 +20,7 @@ from typing import Any, Iterable
 from trainplan.catalog import Catalog, get_catalog
 from trainplan.errors import TrainplanError
 from trainplan.estimate.memory import GIB
+from trainplan.estimate.stack import KNOB_NAMES
 from trainplan.estimate.transformer import estimate_transformer
 from trainplan.estimate.hardware import hardware_for_gpu
 from trainplan.spec import ModelArch, TransformerJob, parse_job
@@ -56,9 +57,7 @@ def _model(value: Any) -> Any:
 
 # The stack a record's source trains with, when the record does not name it (its id names the source).
 STACK_BY_SOURCE = {"llmfoundry": "llm-foundry", "torchtune": "torchtune", "litgpt": "litgpt"}
-KNOB_KEYS = ("loss", "loss_chunks", "loss_chunk_tokens", "compile", "optimizer_in_backward", "activation_offloading",
-             "fused_optimizer", "paged_optimizer", "unsharded_accumulation", "frozen_weight_gradients",
-             "frozen_weights_fp32", "loss_upcast", "fused_kernels", "qlora_fp32_params", "tf32_matmul")  # fmt: skip
+KNOB_KEYS = KNOB_NAMES  # a record's knobs are the job file's (estimate/stack.py)
 
 
 def record_stack(rec: dict[str, Any]) -> str:

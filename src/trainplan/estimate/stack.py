@@ -16,12 +16,12 @@ from dataclasses import dataclass
 
 from trainplan.catalog import Catalog
 from trainplan.errors import SpecError
-from trainplan.spec import FusedKernels, LossImpl, Optimizer, Stack, TorchJob, TransformerJob
+from trainplan.spec import FusedKernels, LossImpl, Optimizer, Precision, Stack, TorchJob, TransformerJob
 from trainplan.strategies import Engine
 
 KNOB_NAMES = ("loss", "loss_chunks", "loss_chunk_tokens", "compile", "optimizer_in_backward", "activation_offloading",
               "fused_optimizer", "paged_optimizer", "unsharded_accumulation", "frozen_weight_gradients",
-              "frozen_weights_fp32", "loss_upcast", "fused_kernels", "qlora_fp32_params", "tf32_matmul")  # fmt: skip
+              "frozen_weights_fp32", "loss_upcast", "fused_kernels", "qlora_fp32_params", "tf32_matmul", "fp8_all_gather")  # fmt: skip
 _ENUMS = (LossImpl, FusedKernels)
 
 
@@ -44,6 +44,7 @@ class Knobs:
     qlora_fp32_params: bool = False  # QLoRA: the unquantised parameters are cast to fp32 (PEFT)
     fused_kernels: FusedKernels = FusedKernels.NONE
     tf32_matmul: bool = False  # fp32 matmuls on TF32 tensor cores (off in PyTorch by default)
+    fp8_all_gather: bool = False  # precision fp8 under FSDP: the float8 linears' weights all-gathered in FP8
     engines: tuple[Engine, ...] = (Engine.TORCH, Engine.FSDP, Engine.DEEPSPEED)
     notes: tuple[str, ...] = ()  # which explicit knob overrode which stack default
 
@@ -90,6 +91,8 @@ def effective_knobs(job: TorchJob | TransformerJob, catalog: Catalog) -> Knobs:
         if isinstance(job, TorchJob) and key in explicit:
             raise SpecError("applies to language-model (kind: transformer) jobs; a traced model keeps what its own code "
                             "keeps", field=f"knobs.{key}")  # fmt: skip
+    if merged.get("fp8_all_gather") and job.precision is not Precision.FP8:
+        raise SpecError("all-gathers the float8 linears' weights in FP8: it needs precision: fp8", field="knobs.fp8_all_gather")
     if merged.get("paged_optimizer") and job.optimizer is not Optimizer.ADAM8BIT:
         raise SpecError("paged optimizers are bitsandbytes' 8-bit AdamW: set optimizer: adam8bit", field="knobs.paged_optimizer")
     seq_len = job.seq_len if isinstance(job, TransformerJob) else 1
@@ -109,6 +112,7 @@ def effective_knobs(job: TorchJob | TransformerJob, catalog: Catalog) -> Knobs:
         qlora_fp32_params=bool(merged.get("qlora_fp32_params", False)),
         fused_kernels=kernels,
         tf32_matmul=bool(merged.get("tf32_matmul", False)),
+        fp8_all_gather=bool(merged.get("fp8_all_gather", False)),
         engines=tuple(Engine(e) for e in entry.get("engines", [e.value for e in Engine])),
         notes=tuple(notes),
     )

@@ -114,6 +114,7 @@ def step_time(
     split: KernelSplit | None = None,
     foreach_optimizer: bool = False,
     tf32_matmul: bool = False,
+    fp8_gather_fraction: float = 0.0,
 ) -> StepTime:
     """Seconds per optimizer step on ``hw`` with ``strategy``.
 
@@ -166,7 +167,7 @@ def step_time(
     reason = None
     try:
         plan = comm_plan(strategy, layout=layout, links=links_for(hw, catalog), trainable_params=trainable_params,
-                         total_params=total_params, precision=precision)  # fmt: skip
+                         total_params=total_params, precision=precision, fp8_gather_fraction=fp8_gather_fraction)  # fmt: skip
         t_comm = exposed_comm_seconds(plan, micro_steps=micro_steps, t_forward=t_fwd, t_backward=t_bwd,
                                       overlap=catalog.assumption("comm_overlap"))  # fmt: skip
     except ValueError as exc:
@@ -220,6 +221,7 @@ def parallel_step_time(
     split: KernelSplit | None = None,
     foreach_optimizer: bool = False,
     tf32_matmul: bool = False,
+    fp8_gather_fraction: float = 0.0,
 ) -> StepTime:
     """Seconds per optimizer step of a tensor / pipeline / context / expert parallel layout.
 
@@ -255,7 +257,8 @@ def parallel_step_time(
                      flops_backward=scale * flops_backward, flops_model=scale * flops_model,
                      trainable_params=trainable_local, total_params=trainable_local, efficiency=efficiency,
                      adafactor_elems_per_param=adafactor_elems_per_param, split=kernels,
-                     foreach_optimizer=foreach_optimizer, tf32_matmul=tf32_matmul)  # fmt: skip
+                     foreach_optimizer=foreach_optimizer, tf32_matmul=tf32_matmul,
+                     fp8_gather_fraction=fp8_gather_fraction)  # fmt: skip
     if base.reason:
         return base
     try:

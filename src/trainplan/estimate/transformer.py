@@ -457,6 +457,7 @@ def transformer_profile(job: TransformerJob, catalog: Catalog | None = None, *, 
         split=model_split(job, m, knobs),
         foreach_optimizer=foreach_optimizer,
         tf32_matmul=knobs.tf32_matmul,
+        fp8_gather_fraction=fp8_params / m.counts.total if knobs.fp8_all_gather and m.counts.total else 0.0,
     )
 
 

@@ -229,7 +229,11 @@ def render(plan: LaunchPlan) -> Rendered:
         f"optimizer: AdamW at {model.config}'s learning rate and schedule; the job's learning_rate "
         f"({plan.job.learning_rate:g}) is not passed",
     ]
-    if not effective_knobs(plan.job, get_catalog()).compile:
+    knobs = effective_knobs(plan.job, get_catalog())
+    if knobs.fp8_all_gather:
+        notes.append(f"float8 all-gather: {model.config}'s own float8 setting is used (the plan gathered the float8 "
+                     "weights in FP8, knobs.fp8_all_gather); set its enable_fsdp_float8_all_gather to match")  # fmt: skip
+    if not knobs.compile:
         notes.append(f"compile: {model.config}'s own setting (the plan was estimated without torch.compile; "
                      "knobs.compile: true renders --compile.enable)")  # fmt: skip
     if arch.mtp_layers:
