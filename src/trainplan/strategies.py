@@ -145,10 +145,16 @@ class Layout:
     cp: int = 1
     ep: int = 1
     sequence_parallel: bool = False
+    # GPUs sharing the scale-up (NVLink) domain when it spans several nodes (GB200 NVL72: 72 over nodes of 4);
+    # 0: the node (instances.csv ``scale_up_gpus``)
+    scale_up: int = 0
 
     def __post_init__(self) -> None:
         if self.gpus_per_node < 1:
             raise SpecError(f"must be >= 1, got {self.gpus_per_node}", field="--gpus")
+        if self.scale_up and self.scale_up % self.gpus_per_node:
+            raise SpecError(f"a scale-up domain of {self.scale_up} GPUs must hold whole nodes of {self.gpus_per_node}",
+                            field="scale_up_gpus")  # fmt: skip
         if self.nodes < 1:
             raise SpecError(f"must be >= 1, got {self.nodes}", field="--nodes")
         for name in ("tp", "pp", "vpp", "cp", "ep"):
@@ -173,6 +179,11 @@ class Layout:
     @property
     def world_size(self) -> int:
         return self.gpus_per_node * self.nodes
+
+    @property
+    def domain(self) -> int:
+        """GPUs that reach each other over the scale-up links (NVLink): the node, or the larger domain it is part of."""
+        return max(self.scale_up, self.gpus_per_node)
 
     @property
     def data_parallel(self) -> int:

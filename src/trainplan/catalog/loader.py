@@ -82,6 +82,9 @@ class Instance:
     cpu_model: str
     source: str
     as_of: str
+    # GPUs that share the NVLink / Infinity Fabric / ICI domain at full bandwidth, when it spans several instances
+    # (GB200 NVL72: 18 nodes of 4 GPUs, 72); None: the instance itself (optional column ``scale_up_gpus``)
+    scale_up_gpus: int | None = None
 
     @property
     def is_cpu_only(self) -> bool:
@@ -337,6 +340,10 @@ def _instance_builder(accelerators: dict[str, Accelerator]) -> Callable[[dict[st
             raise _RowError("spot_price_usd_per_h", f"{spot:g} is a known placeholder, not a price")
         if spot is not None and spot > price:
             raise _RowError("spot_price_usd_per_h", f"spot {spot:g} above on-demand {price:g}")
+        domain = _opt_float(row, "scale_up_gpus")
+        if domain is not None and (accel is None or domain != int(domain) or domain < count or int(domain) % count):
+            raise _RowError("scale_up_gpus", f"must be a whole multiple of the instance's {count} accelerators "
+                                             f"(the GPUs sharing its NVLink domain), got {domain:g}")  # fmt: skip
         return Instance(
             cloud=cloud,
             name=_name(row, "instance"),
@@ -353,6 +360,7 @@ def _instance_builder(accelerators: dict[str, Accelerator]) -> Callable[[dict[st
             cpu_model=(row.get("cpu_model") or "").strip(),
             source=row["source"].strip(),
             as_of=row["as_of"].strip(),
+            scale_up_gpus=int(domain) if domain is not None and domain > count else None,
         )
 
     return build

@@ -137,7 +137,7 @@ def hardware_for_instance(inst: Instance, catalog: Catalog, *, nodes: int = 1, s
             raise CatalogError(f"{inst.name} has no spot price in the catalog", field="constraints.spot")
         price, note = inst.spot_price_usd_per_h, f"{inst.cloud} {inst.region} spot, {inst.as_of}"
     return Hardware(
-        layout=Layout(gpus_per_node=max(1, inst.accelerator_count), nodes=nodes),
+        layout=Layout(gpus_per_node=max(1, inst.accelerator_count), nodes=nodes, scale_up=inst.scale_up_gpus or 0),
         accelerator=catalog.accelerators.get(inst.accelerator) if inst.accelerator else None,
         instance=inst,
         price_usd_per_h_per_node=price,
@@ -231,4 +231,5 @@ def with_layout(hw: Hardware, degrees: dict[str, int | bool]) -> Hardware:
     if hw.accelerator is None:
         raise SpecError("tensor / pipeline / context / expert parallelism is planned on GPUs; give --gpu or --instance",
                         field="--tp/--pp/--cp/--ep")  # fmt: skip
-    return replace(hw, layout=Layout(gpus_per_node=hw.layout.gpus_per_node, nodes=hw.layout.nodes, **degrees))  # type: ignore[arg-type]
+    return replace(hw, layout=Layout(gpus_per_node=hw.layout.gpus_per_node, nodes=hw.layout.nodes,
+                                     scale_up=hw.layout.scale_up, **degrees))  # type: ignore[arg-type]

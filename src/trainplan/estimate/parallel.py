@@ -219,12 +219,13 @@ def dp_group(layout: Layout) -> tuple[int, int]:
 
 
 def _group_seconds(bytes_: float, factor: float, ranks: int, stride: int, layout: Layout, links: Links) -> float:
-    """A ring collective over ``ranks`` ranks spaced ``stride`` apart in the rank order: inside the node while the
-    group fits in it, else across nodes with each rank's share (1/gpus_per_node) of the node's network."""
+    """A ring collective over ``ranks`` ranks spaced ``stride`` apart in the rank order: over NVLink while the
+    group fits in the scale-up domain (a node, or an NVL72 rack), else across nodes with each rank's share
+    (1/gpus_per_node) of the node's network."""
     if ranks <= 1 or bytes_ <= 0:
         return 0.0
     g = layout.gpus_per_node
-    if ranks * stride <= g:
+    if ranks * stride <= layout.domain:
         return collective_seconds(bytes_, factor, Layout(gpus_per_node=ranks), links)
     in_node = max(1, g // stride) if stride < g else 1
     nodes = max(1, ranks // in_node)
@@ -234,11 +235,11 @@ def _group_seconds(bytes_: float, factor: float, ranks: int, stride: int, layout
 
 def all_to_all_seconds(bytes_: float, ranks: int, layout: Layout, links: Links) -> float:
     """An all-to-all of ``bytes_`` per rank among ``ranks`` consecutive ranks: (n − 1)/n of it leaves the rank (NCCL's
-    all-to-all moves each rank's shards directly), over NVLink inside a node, else over the rank's share of the node's
-    network."""
+    all-to-all moves each rank's shards directly), over NVLink inside the scale-up domain, else over the rank's share
+    of the node's network."""
     if ranks <= 1:
         return 0.0
-    return p2p_seconds(bytes_ * (ranks - 1) / ranks, ranks <= layout.gpus_per_node, layout, links)
+    return p2p_seconds(bytes_ * (ranks - 1) / ranks, ranks <= layout.domain, layout, links)
 
 
 def p2p_seconds(bytes_: float, within_node: bool, layout: Layout, links: Links) -> float:
@@ -268,7 +269,7 @@ def parallel_comm(split: ModelSplit, layout: Layout, links: Links) -> ParallelCo
     if cp > 1:
         kv = 2 * split.tokens / cp * split.kv_dim / tp * e  # this rank's K and V chunk
         passes = 3 + (1 if split.full_recompute else 0)  # forward K,V; backward K,V and dK,dV; recompute
-        context = per_stage * passes * (cp - 1) * p2p_seconds(kv, tp * cp <= layout.gpus_per_node, layout, links)
+        context = per_stage * passes * (cp - 1) * p2p_seconds(kv, tp * cp <= layout.domain, layout, links)
     expert = 0.0
     if ep > 1 and split.moe_layers:
         routed = split.tokens / cp / (tp if layout.sequence_parallel else 1) * split.top_k * split.hidden * e
@@ -276,8 +277,8 @@ def parallel_comm(split: ModelSplit, layout: Layout, links: Links) -> ParallelCo
         expert = split.moe_layers * per_stage / split.layers * calls * all_to_all_seconds(routed, ep, layout, links)
     pipeline = 0.0
     if pp > 1:
-        # a stage that fills whole nodes has its neighbour on another node; each tp rank sends 1/tp (scatter-gather)
-        within = layout.world_size // pp < layout.gpus_per_node
+        # a stage that fills whole NVLink domains has its neighbour in another; each tp rank sends 1/tp (scatter-gather)
+        within = layout.world_size // pp < layout.domain
         pipeline = 2 * layout.vpp * p2p_seconds(act / tp, within, layout, links)
     return ParallelComm(tensor=tensor, context=context, expert=expert, pipeline=pipeline)
 

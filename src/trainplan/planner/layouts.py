@@ -36,9 +36,10 @@ SHARDINGS = (Strategy.ZERO1, Strategy.FSDP)
 CP_FROM_SEQ_LEN = 16384
 
 
-def tensor_degrees(split: ModelSplit, gpus_per_node: int) -> tuple[int, ...]:
-    """Tensor-parallel degrees inside one node that divide the heads and key-value heads."""
-    return tuple(t for t in POWERS if t <= gpus_per_node and gpus_per_node % t == 0
+def tensor_degrees(split: ModelSplit, domain: int) -> tuple[int, ...]:
+    """Tensor-parallel degrees inside one NVLink domain (a node, or a GB200 NVL72 rack) that divide the heads and
+    key-value heads."""
+    return tuple(t for t in POWERS if t <= domain and domain % t == 0
                  and split.heads % t == 0 and split.kv_heads % t == 0)  # fmt: skip
 
 
@@ -48,11 +49,11 @@ def context_degrees(split: ModelSplit) -> tuple[int, ...]:
     return tuple(c for c in POWERS if split.seq_len % (2 * c) == 0 and split.seq_len // c >= CP_FROM_SEQ_LEN // 4)
 
 
-def expert_degrees(split: ModelSplit, gpus_per_node: int) -> tuple[int, ...]:
-    """No expert parallelism, and the widest that divides the experts inside one node's worth of ranks."""
+def expert_degrees(split: ModelSplit, domain: int) -> tuple[int, ...]:
+    """No expert parallelism, and the widest that divides the experts inside one NVLink domain's ranks."""
     if not split.experts:
         return (1,)
-    wide = max((e for e in POWERS if e <= gpus_per_node and split.experts % e == 0), default=1)
+    wide = max((e for e in POWERS if e <= domain and split.experts % e == 0), default=1)
     return tuple(sorted({1, wide}))
 
 
@@ -69,7 +70,7 @@ def _fits(job: TransformerJob, profile: StepProfile, hw: Hardware, strategy: Str
 def _with_layout(hw: Hardware, **degrees: int | bool) -> Hardware | None:
     """``hw`` with these degrees, or None where they do not go together (``Layout``'s own validation)."""
     try:
-        layout = Layout(hw.layout.gpus_per_node, hw.layout.nodes, **degrees)  # type: ignore[arg-type]
+        layout = Layout(hw.layout.gpus_per_node, hw.layout.nodes, scale_up=hw.layout.scale_up, **degrees)  # type: ignore[arg-type]
     except SpecError:
         return None
     return replace(hw, layout=layout)
@@ -83,8 +84,8 @@ def layouts_for(job: TransformerJob, profile: StepProfile, hw: Hardware, catalog
     if split is None or hw.accelerator is None or hw.accelerator.kind != "gpu" or base.world_size < 2:
         return
     capacity = hw.accelerator.memory_gib * GIB
-    degrees = itertools.product(tensor_degrees(split, base.gpus_per_node), context_degrees(split),
-                                expert_degrees(split, base.gpus_per_node))  # fmt: skip
+    degrees = itertools.product(tensor_degrees(split, base.domain), context_degrees(split),
+                                expert_degrees(split, base.domain))  # fmt: skip
     for tp, cp, ep in degrees:
         fewest = None
         for pp in POWERS:
