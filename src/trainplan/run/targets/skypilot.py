@@ -60,22 +60,27 @@ def remote_run_dir(job_name: str) -> Path:
 def _clouds(plan: LaunchPlan) -> list[str]:
     from trainplan.catalog import get_catalog
 
-    allowed = [c for c in get_catalog().clouds if c != "local" and plan.job.constraints.allows(c)]
+    catalog = get_catalog()
     p = plan.placement
+    allowed = [c for c in catalog.clouds if c != "local" and plan.job.constraints.allows(c)]
+    if p.gpu is not None and p.instance is None:  # a GPU count, no instance: the clouds whose rows carry that GPU
+        carrying = {i.cloud for i in catalog.instances if i.accelerator == p.gpu}
+        allowed = [c for c in allowed if c in carrying]
     if p.cloud == "local":
         raise unsupported(plan, f"the option is a local machine ({p.label}); SkyPilot launches on clouds — pick a cloud option")
     asked = plan.options.cloud
     if asked is not None:
         asked = asked.lower()
         if asked not in allowed:
-            raise SpecError(f"{asked} was not considered by the plan (the job allows {', '.join(allowed) or 'no cloud'})", field="--cloud")
+            which = f"the clouds the job allows that have {p.gpu}" if p.gpu is not None and p.instance is None else "the job allows"
+            raise SpecError(f"{asked} was not considered by the plan ({which}: {', '.join(allowed) or 'none'})", field="--cloud")
         if p.cloud is not None and asked != p.cloud:
             raise SpecError(f"the option is {p.label} on {p.cloud}; the plan did not price it on {asked}", field="--cloud")
         return [asked]
     if p.cloud is not None:
         return [p.cloud]
     if not allowed:
-        raise SpecError("the job allows no cloud (constraints.clouds)", field="--cloud")
+        raise SpecError(f"no cloud the job allows (constraints.clouds) has {p.gpu or 'this option'} in the catalog", field="--cloud")
     return allowed
 
 
