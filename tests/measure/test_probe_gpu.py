@@ -80,7 +80,7 @@ def test_nvml_sees_gpus_torch_does_not(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_no_torch_no_driver(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", fake_nvml([], init_error="Driver Not Loaded"))
     monkeypatch.setitem(sys.modules, "torch", None)
-    monkeypatch.setattr("trainplan.measure.probe._nvidia_driver_visible", lambda: False)
+    monkeypatch.setattr("trainplan.measure.probe._gpu_driver_visible", lambda: False)
     d = describe_machine()
     assert not d.torch.installed
     assert d.gpu_note == "no GPU: no NVIDIA driver on this machine (NVML: Driver Not Loaded); torch is not installed; training runs on the CPU"
@@ -91,6 +91,30 @@ def test_nvml_only_process_gets_gpus_without_torch(monkeypatch: pytest.MonkeyPat
     """probe_hardware's NVML path (no torch in the process): run/ relies on it for tabular jobs."""
     monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(TWO_A100_NVLINK))
     monkeypatch.setitem(sys.modules, "torch", None)
-    monkeypatch.setattr("trainplan.measure.probe._nvidia_driver_visible", lambda: True)
+    monkeypatch.setattr("trainplan.measure.probe._gpu_driver_visible", lambda: True)
     hw = probe_hardware()
     assert hw.accelerator is Accelerator.CUDA and [g.canonical_id for g in hw.gpus] == ["A100-80GB"] * 2
+
+
+def test_amd_gpus_are_seen_through_a_rocm_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ROCm build of PyTorch reports AMD GPUs through torch.cuda (PyTorch's HIP semantics); their names map to the
+    catalog's AMD rows, and the ROCm driver's /dev/kfd counts as a GPU driver before torch is imported."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from trainplan.measure import probe
+    from trainplan.measure.probe import canonical_gpu_id
+
+    assert canonical_gpu_id("AMD Instinct MI300X", 191.98) == "MI300X"
+    assert canonical_gpu_id("AMD Instinct MI325X", 255.98) == "MI325X"
+    props = SimpleNamespace(name="AMD Instinct MI300X", total_memory=192 * 2**30)
+    cuda = SimpleNamespace(is_available=lambda: True, device_count=lambda: 8, get_device_properties=lambda i: props)
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(cuda=cuda))
+    gpus = probe._cuda_gpus()
+    assert [g.canonical_id for g in gpus] == ["MI300X"] * 8
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setattr(probe.shutil, "which", lambda name: None)
+    monkeypatch.setattr(Path, "exists", lambda self: str(self) == "/dev/kfd")
+    assert probe._gpu_driver_visible()
+    monkeypatch.setattr(Path, "exists", lambda self: False)
+    assert not probe._gpu_driver_visible()

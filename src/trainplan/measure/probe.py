@@ -153,19 +153,22 @@ def host_memory_gib() -> float:
             return 0.0
 
 
-def _nvidia_driver_visible() -> bool:
-    """Whether an NVIDIA driver is visible, without importing torch (which takes seconds)."""
+def _gpu_driver_visible() -> bool:
+    """Whether an NVIDIA or AMD GPU driver is visible, without importing torch (which takes seconds).  AMD's ROCm
+    kernel driver exposes ``/dev/kfd`` (the device node ROCm containers are given); a ROCm build of PyTorch then
+    reports its GPUs through the same ``torch.cuda`` calls (PyTorch's "HIP (ROCm) semantics" notes)."""
     if not sys.platform.startswith("linux"):
         return True  # no cheap test elsewhere: ask torch
     return (
         Path("/proc/driver/nvidia/version").exists()
         or Path("/dev/nvidiactl").exists()
         or shutil.which("nvidia-smi") is not None
+        or Path("/dev/kfd").exists()
     )
 
 
 def _cuda_gpus() -> tuple[GpuInfo, ...]:
-    if "torch" not in sys.modules and not _nvidia_driver_visible():
+    if "torch" not in sys.modules and not _gpu_driver_visible():
         return ()
     try:
         import torch

@@ -21,6 +21,7 @@ megatron   :mod:`.megatron` — ``torchrun pretrain_gpt.py``: Megatron-LM's argu
 
 from __future__ import annotations
 
+from dataclasses import replace
 from importlib import import_module
 from pathlib import Path
 
@@ -51,7 +52,25 @@ def _module(target: Target):  # type: ignore[no-untyped-def]
 
 def render(plan: LaunchPlan) -> Rendered:
     """The files and commands of ``plan`` for its target (pure; raises on a plan the target cannot run)."""
-    return _module(plan.target).render(plan)
+    rendered = _module(plan.target).render(plan)
+    note = rocm_note(plan)
+    return replace(rendered, notes=(*rendered.notes, note)) if note else rendered
+
+
+def rocm_note(plan: LaunchPlan) -> str | None:
+    """What an option on AMD GPUs needs beyond the render: the same code runs on a ROCm build of PyTorch, which
+    reuses the ``torch.cuda`` interfaces and runs the ``nccl`` backend on RCCL (PyTorch's "HIP (ROCm) semantics"
+    notes, docs.pytorch.org/docs/2.13/notes/hip.html), but the torch wheel pip installs by default is the CUDA build."""
+    from trainplan.catalog import get_catalog
+
+    gpu = plan.placement.gpu
+    acc = get_catalog().accelerators.get(gpu) if gpu else None
+    if acc is None or acc.vendor != "amd":
+        return None
+    return (f"{gpu} is an AMD GPU: install a ROCm build of PyTorch on the nodes before trainplan (PyTorch's ROCm "
+            "wheels or AMD's PyTorch container; pip's default torch is the CUDA build). The run takes the same "
+            "torch.cuda and nccl (RCCL) paths; it has not been run on ROCm by trainplan's tests, and DeepSpeed's ops "
+            "must be built for ROCm where a DeepSpeed strategy is chosen")
 
 
 def prepare_launch(request: LaunchRequest) -> tuple[LaunchPlan, Rendered]:

@@ -1,0 +1,37 @@
+"""An option on AMD GPUs renders the same launch as NVIDIA's, with one note saying what the nodes need: a ROCm build
+of PyTorch (issue 19 item 7).  MI300X has a built-in accelerator row but no priced instance: the test adds one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from launch_support import render_to
+from trainplan.cli.common import example_path
+
+HEADER = ("cloud,instance,region,vcpus,ram_gib,accelerator,accelerator_count,interconnect,intra_node_bw_gb_s,"
+          "network_gbps,price_usd_per_h,spot_price_usd_per_h,cpu_model,source,as_of")  # fmt: skip
+NODE = "lab,mi300x-node,lab,96,1850,MI300X,8,infinity-fabric,64,,30,,,test row,2026-12-05"
+CLOUD = "cloud,billing_increment_s,billing_minimum_s,startup_s,source,as_of\nlab,1,0,0,test,2026-12-05"
+
+
+@pytest.fixture
+def amd_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    d = tmp_path / "home" / "catalog"
+    d.mkdir(parents=True)
+    (d / "instances.csv").write_text(f"{HEADER}\n{NODE}\n")
+    (d / "clouds.csv").write_text(CLOUD + "\n")
+    monkeypatch.setenv("TRAINPLAN_HOME", str(tmp_path / "home"))
+
+
+@pytest.mark.usefixtures("amd_catalog")
+def test_an_amd_option_says_the_nodes_need_a_rocm_build(tmp_path: Path) -> None:
+    job = example_path("llama7b-sft.yaml")
+    amd, rendered = render_to(job, "torchrun", tmp_path / "amd", instance="lab:mi300x-node", strategy="fsdp")
+    nvidia, plain = render_to(job, "torchrun", tmp_path / "nv", gpu="A100-80GB", gpus=4, strategy="zero2")
+    rocm = [n for n in rendered.notes if "ROCm build of PyTorch" in n]
+    assert len(rocm) == 1 and "MI300X is an AMD GPU" in rocm[0]
+    assert not any("ROCm" in n for n in plain.notes)
+    # the same launch otherwise: torchrun over the node's 8 GPUs, NCCL (RCCL on ROCm)
+    assert amd.placement.procs_per_node == 8 and "--nproc-per-node=8" in " ".join(rendered.commands[0].argv)
