@@ -24,6 +24,7 @@ STACKS = DATA.with_name("published_stacks.yaml")
 FIRST_SET = DATA.with_name("published_heldout.yaml")
 HELDOUT = DATA.with_name("published_heldout2.yaml")  # second set: frozen, looked at once
 HELDOUT3 = DATA.with_name("published_heldout3.yaml")  # third set: frozen after every change; no change chosen by it
+HELDOUT4 = DATA.with_name("published_heldout4.yaml")  # fourth set: frozen 2026-12-05 before it was looked at
 
 
 def main() -> None:
@@ -78,6 +79,7 @@ def main() -> None:
     frozen_set(HELDOUT, "SECOND SET (frozen before the changes it judged; looked at once on 2026-12-04, then the GPT-2 misses\n"
                "guided two changes: docs/benchmarks.md gives the first look)", args.all)
     frozen_set(HELDOUT3, "THIRD SET, HELD OUT (frozen after every change of 2026-12-04; no change may be chosen by it)", args.all)
+    frozen_set(HELDOUT4, "FOURTH SET, HELD OUT (frozen 2026-12-05 before it was looked at; no change may be chosen by it)", args.all)
 
 
 def frozen_set(path: Path, label: str, show_all: bool) -> None:
