@@ -180,6 +180,10 @@ class Layout:
     def world_size(self) -> int:
         return self.gpus_per_node * self.nodes
 
+    def split(self, **degrees: int | bool) -> "Layout":
+        """The same devices (node shape, node count, scale-up domain) split by other degrees (validated)."""
+        return Layout(self.gpus_per_node, self.nodes, scale_up=self.scale_up, **degrees)  # type: ignore[arg-type]
+
     @property
     def domain(self) -> int:
         """GPUs that reach each other over the scale-up links (NVLink): the node, or the larger domain it is part of."""

@@ -82,3 +82,17 @@ def test_run_refuses_a_pipeline_layout_it_cannot_run(tmp_path: Path, capsys: pyt
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {field}:"), err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("flag", ["--tp", "--pp", "--ep"])
+def test_a_split_run_of_a_pretrained_checkpoint_is_one_line(tmp_path: Path, flag: str) -> None:
+    """Tensor, pipeline and expert parallel runs build the job's architecture from random weights: a checkpoint
+    folder is refused naming the option (checked when the option is chosen and again by the worker's workload)."""
+    from trainplan.errors import SpecError
+    from trainplan.run.workloads.checks import check_random_init_split
+
+    with pytest.raises(SpecError) as err:
+        check_random_init_split(tmp_path, flag)
+    assert err.value.field == flag and "pretrained checkpoint" in str(err.value) and "\n" not in str(err.value)
+    check_random_init_split(tmp_path, None)  # data parallel: the checkpoint trains
+    check_random_init_split(None, flag)  # random weights: the split runs

@@ -231,5 +231,4 @@ def with_layout(hw: Hardware, degrees: dict[str, int | bool]) -> Hardware:
     if hw.accelerator is None:
         raise SpecError("tensor / pipeline / context / expert parallelism is planned on GPUs; give --gpu or --instance",
                         field="--tp/--pp/--cp/--ep")  # fmt: skip
-    return replace(hw, layout=Layout(gpus_per_node=hw.layout.gpus_per_node, nodes=hw.layout.nodes,
-                                     scale_up=hw.layout.scale_up, **degrees))  # type: ignore[arg-type]
+    return replace(hw, layout=hw.layout.split(**degrees))

@@ -27,7 +27,7 @@ from trainplan.estimate.parallel import ModelSplit, layout_error, stage_loads
 from trainplan.estimate.profile import StepProfile
 from trainplan.estimate.result import Estimate
 from trainplan.spec import TransformerJob
-from trainplan.strategies import Layout, Strategy
+from trainplan.strategies import Strategy
 
 POWERS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 SHARDINGS = (Strategy.ZERO1, Strategy.FSDP)
@@ -70,7 +70,7 @@ def _fits(job: TransformerJob, profile: StepProfile, hw: Hardware, strategy: Str
 def _with_layout(hw: Hardware, **degrees: int | bool) -> Hardware | None:
     """``hw`` with these degrees, or None where they do not go together (``Layout``'s own validation)."""
     try:
-        layout = Layout(hw.layout.gpus_per_node, hw.layout.nodes, scale_up=hw.layout.scale_up, **degrees)  # type: ignore[arg-type]
+        layout = hw.layout.split(**degrees)
     except SpecError:
         return None
     return replace(hw, layout=layout)

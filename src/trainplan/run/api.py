@@ -359,7 +359,7 @@ def resolve_config(
     world = option.devices
     dp = world // (option.tp * option.pp)  # the tp ranks / pipeline stages of a data-parallel rank read the same data
     micro = job.micro_batch
-    global_batch = job.global_batch or micro * dp * (option.pp if option.pp > 1 else 1)
+    global_batch = job.global_batch or micro * dp * option.pp  # a pipeline needs at least pp micro-batches a step
     if global_batch % (micro * dp):
         what = "data-parallel ranks" if option.tp > 1 or option.pp > 1 else "processes"
         raise SpecError(

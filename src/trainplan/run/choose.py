@@ -218,15 +218,13 @@ def _check_expert_parallel_model(job: Any, ep: int) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from trainplan.catalog import checkpoint_dir as checkpoint_path
+    from trainplan.catalog import checkpoint_dir
     from trainplan.model import UnsupportedArchitecture
     from trainplan.run.runtime.expert_parallel import check_expert_parallel
-    from trainplan.run.workloads.checks import resolve_arch
+    from trainplan.run.workloads.checks import check_random_init_split, resolve_arch
     from trainplan.run.workloads.transformer import hf_config
 
-    if checkpoint_path(job.model) is not None:
-        raise SpecError("--ep trains the job's architecture from random weights so far; a pretrained checkpoint trains "
-                        "data parallel (fsdp, zero*)", field="--ep")  # fmt: skip
+    check_random_init_split(checkpoint_dir(job.model), "--ep")
     arch = resolve_arch(job)
     if arch.moe is None:
         raise SpecError("expert parallel splits a mixture-of-experts model's experts; this model has none", field="--ep")
@@ -252,13 +250,11 @@ def _check_tensor_parallel_model(job: Any, tp: int) -> None:
 def _check_llama_model(job: Any, flag: str) -> Any:
     """The job's architecture, or one line naming ``flag`` when tensor / pipeline parallel runs cannot build it:
     they map Llama-family blocks and train from random weights (run/runtime/model_parallel.py)."""
-    from trainplan.catalog import checkpoint_dir as checkpoint_path
+    from trainplan.catalog import checkpoint_dir
     from trainplan.model import UnsupportedArchitecture, hf_model_type
-    from trainplan.run.workloads.checks import resolve_arch
+    from trainplan.run.workloads.checks import check_random_init_split, resolve_arch
 
-    if checkpoint_path(job.model) is not None:
-        raise SpecError(f"{flag} trains the job's architecture from random weights so far; a pretrained checkpoint "
-                        f"trains data parallel (fsdp, zero*)", field=flag)  # fmt: skip
+    check_random_init_split(checkpoint_dir(job.model), flag)
     arch = resolve_arch(job)
     try:
         family = hf_model_type(arch)

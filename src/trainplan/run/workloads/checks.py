@@ -34,6 +34,14 @@ def resolve_arch(job: TransformerJob) -> ModelArch:
     return resolve_model(job.model)
 
 
+def check_random_init_split(checkpoint: object, flag: str | None) -> None:
+    """Tensor, pipeline and expert parallel runs (``flag``: the option that asked for one) train the job's
+    architecture from random weights so far: refuse a pretrained checkpoint in one line naming the option."""
+    if checkpoint is not None and flag is not None:
+        raise SpecError(f"{flag} trains the job's architecture from random weights so far; a pretrained checkpoint "
+                        f"trains data parallel (fsdp, zero*)", field=flag)  # fmt: skip
+
+
 def check_supported(job: TransformerJob, arch: ModelArch) -> None:
     """Reject what the built-in workload cannot build, naming the field."""
     if arch.arch != "decoder":

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from trainplan.errors import SpecError
-from trainplan.run.workloads.checks import check_supported, resolve_arch
+from trainplan.run.workloads.checks import check_random_init_split, check_supported, resolve_arch
 from trainplan.run.workloads.common import NeuralWorkload, batch_generator, parameter_count
 from trainplan.model import ModelArch
 from trainplan.run.config import RunConfig
@@ -250,12 +250,10 @@ def transformer_workload(job: TransformerJob, *, world_size: int, micro_batch: i
     from trainplan.run.workloads.pretrained import checkpoint_path
 
     checkpoint = checkpoint_path(job.model)
-    if checkpoint is not None and config is not None and config.ep > 1:
-        raise SpecError("--ep trains the job's architecture from random weights so far; a pretrained checkpoint trains "
-                        "data parallel (fsdp, zero*)", field="--ep")  # fmt: skip
-    if checkpoint is not None and config is not None and config.tp > 1:
-        raise SpecError("--tp trains the job's architecture from random weights so far; a pretrained checkpoint trains "
-                        "data parallel (fsdp, zero*)", field="--tp")  # fmt: skip
+    if config is not None:
+        split = next((flag for flag, degree in (("--tp", config.tp), ("--pp", config.pp), ("--ep", config.ep))
+                      if degree > 1), None)  # fmt: skip
+        check_random_init_split(checkpoint, split)
     if checkpoint is not None:
         if config is None:
             raise ValueError("a pretrained checkpoint is trained through trainplan run (it needs the run's config)")
