@@ -38,6 +38,8 @@ def allow_tf32_matmul(job: Any) -> bool:
 
 def run_neural(config: RunConfig, job: Any) -> dict[str, Any] | None:
     """Train a transformer or torch job under the configured strategy; rank 0 returns the result."""
+    import torch
+
     from trainplan.run import runtime
     from trainplan.run.workloads.common import optimizer_factory, parameter_count, to_device
 
@@ -61,22 +63,18 @@ def run_neural(config: RunConfig, job: Any) -> dict[str, Any] | None:
     status = RunStatus.COMPLETED
     for step in range(start, config.total_steps):
         if ctx.pipelined:  # the schedule runs the step's micro-batches itself; stages hand activations on
-            import torch
-
             rows = torch.cat([wl.batch(step, micro, ctx.data_rank)["input_ids"] for micro in range(ctx.grad_accum)])
-            if ctx.end_of_step(step + 1, loss=ctx.pipeline_step(rows), tokens=tokens, samples=config.global_batch):
-                status = RunStatus.PREEMPTED
-                break
-            continue
-        loss_sum = 0.0
-        for micro in range(ctx.grad_accum):
-            inputs = to_device(wl.batch(step, micro, ctx.data_rank), ctx.device)
-            with ctx.autocast():
-                loss = wl.loss(model, inputs)
-            ctx.backward(loss)
-            ctx.step()
-            loss_sum = loss_sum + loss.detach().float()
-        mean_loss = float(loss_sum) / ctx.grad_accum
+            mean_loss = ctx.pipeline_step(rows)
+        else:
+            loss_sum = 0.0
+            for micro in range(ctx.grad_accum):
+                inputs = to_device(wl.batch(step, micro, ctx.data_rank), ctx.device)
+                with ctx.autocast():
+                    loss = wl.loss(model, inputs)
+                ctx.backward(loss)
+                ctx.step()
+                loss_sum = loss_sum + loss.detach().float()
+            mean_loss = float(loss_sum) / ctx.grad_accum
         if ctx.end_of_step(step + 1, loss=mean_loss, tokens=tokens, samples=config.global_batch):
             status = RunStatus.PREEMPTED
             break
