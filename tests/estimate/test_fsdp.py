@@ -147,3 +147,44 @@ def test_shard_grad_op_drops_its_unsharded_parameters_after_backward() -> None:
     records = {r["id"]: r for r in yaml.safe_load(open("tests/data/published_stacks.yaml"))}
     c = compare(records["lightning-fabric-2xa100-40gb-demo1b-fsdp-shardgradop"])
     assert c is not None and c.predicted_peak_gib == pytest.approx(c.measured_peak_gib, rel=0.05)
+
+
+def test_fsdp2_buffers_follow_its_all_gather_and_reduce_scatter_lifetimes() -> None:
+    """FSDP2 (torch 2.13 _fsdp_param_group.py / _fsdp_collectives.py): forward holds the running block's flat
+    all-gather output, the prefetched one and the copied-out parameters (3 B); backward holds the running block's
+    parameters, the prefetched output, its unsharded gradients and the previous block's reduce-scatter input."""
+    from trainplan.estimate.memory import fsdp_stream_pool_bytes, sharding_buffer_bytes
+
+    block = 1e8
+    full = dict(largest_block_params=block, world_size=8, compute_bytes=2.0, reduce_bytes=4.0)
+    assert sharding_buffer_bytes(Strategy.FSDP, **full) == pytest.approx(block * (2 * 2 + 2 + 4))  # backward: 10 B
+    lora = {**full, "trainable_fraction": 0.01}
+    assert sharding_buffer_bytes(Strategy.FSDP, **lora) == pytest.approx(3 * 2 * block)  # forward: 6 B
+    # bf16-pure reduces in bf16: 2 B + 2 B of gradients beside the 4 B of parameters and prefetch
+    assert sharding_buffer_bytes(Strategy.FSDP, **{**full, "reduce_bytes": 2.0}) == pytest.approx(8 * block)
+    # SHARD_GRAD_OP: parameters stay unsharded in the model states, only the gradient side is a buffer
+    assert sharding_buffer_bytes(Strategy.FSDP_GRAD_OP, **full) == pytest.approx(6 * block)
+    # the all-gather copy-in stream's pool: 2 B of outputs cached; at the forward-side peak, 1 B of it idle when
+    # backward is the larger side (LoRA: the default stream's backward need beyond forward's)
+    assert fsdp_stream_pool_bytes(Strategy.FSDP, **full) == pytest.approx((4 * block, 2 * block))
+    assert fsdp_stream_pool_bytes(Strategy.FSDP, **lora) == pytest.approx((4 * block, 0.01 * 6 * block))
+    for other in (Strategy.FSDP_GRAD_OP, Strategy.ZERO3, Strategy.DDP):
+        assert fsdp_stream_pool_bytes(other, **full) == (0.0, 0.0)
+    assert fsdp_stream_pool_bytes(Strategy.FSDP, **{**full, "world_size": 1}) == (0.0, 0.0)
+
+
+def test_the_all_gather_pool_is_reserved_not_allocated() -> None:
+    """Two bf16 blocks cached for the all-gather stream: all idle when the optimizer step holds the peak (micro-batch
+    1, states larger than activations), one when the forward side does (micro-batch 8)."""
+    cat = get_catalog()
+    for micro_batch, phase, idle_blocks in ((1, "optimizer", 2), (8, "forward", 1)):
+        job = parse_job({"kind": "transformer", "model": "llama-2-7b", "seq_len": 2048, "micro_batch": micro_batch,
+                         "steps": 10, "precision": "bf16", "activation_checkpointing": "full"})  # fmt: skip
+        prof = transformer_profile(job, cat)
+        est = compose(job, prof, _hw("A100-80GB", 8), Strategy.FSDP, cat)
+        assert est.memory.phase == phase
+        assert est.memory.stream_pool == pytest.approx(idle_blocks * 2.0 * prof.params.largest_block)
+        assert est.memory.reserved - est.memory.allocated >= est.memory.stream_pool
+        assert est.memory.reserved_expandable - est.memory.allocated >= est.memory.stream_pool  # a pool per stream
+    one = compose(job, prof, _hw("A100-80GB", 1), Strategy.FSDP, cat)  # nothing to gather on one device
+    assert one.memory.stream_pool == 0.0

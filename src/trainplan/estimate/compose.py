@@ -33,6 +33,7 @@ from trainplan.estimate.memory import (
     framework_overhead_bytes,
     gradient_bytes_per_param,
     model_state_bytes,
+    fsdp_stream_pool_bytes,
     sharding_buffer_bytes,
     step_peak,
 )
@@ -105,9 +106,8 @@ def _step_memory(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardw
     # AMP's cached 16-bit weight copies exist only over fp32 weights (plain PyTorch);
     # DeepSpeed and FSDP hold 16-bit working weights already.
     autocast = profile.memory.autocast_copies if engine is Engine.TORCH else 0.0
-    forward_temporaries = (autocast + profile.memory.forward_temporaries
-                           + sharding_buffer_bytes(strategy, largest_block_params=p.largest_block, world_size=n,
-                                                   compute_bytes=job.precision.compute_bytes))  # fmt: skip
+    buffers = _sharding_buffers(job, profile, strategy, p.largest_block, n, on_cuda=_on_cuda(hw))
+    forward_temporaries = autocast + profile.memory.forward_temporaries + buffers[0]
     # foreach temporaries scale with the optimizer shard; DeepSpeed's fused and CPU optimizers make none.
     if engine is Engine.DEEPSPEED or strategy.offloads_optimizer:
         optimizer_temporaries = 0.0
@@ -121,7 +121,8 @@ def _step_memory(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardw
     optimizer_temporaries += buckets
     # Gradients outlive a micro-step under accumulation; DeepSpeed keeps its gradient buffers allocated.
     mem = _peak(states, profile.memory.activations, forward_temporaries, optimizer_temporaries, catalog, world_size=n,
-                grads_live_in_forward=(micro_steps > 1 or engine is Engine.DEEPSPEED) and not profile.memory.transient_gradients)
+                grads_live_in_forward=(micro_steps > 1 or engine is Engine.DEEPSPEED) and not profile.memory.transient_gradients,
+                stream_pool=buffers[1])  # fmt: skip
     if hw.accelerator is None:  # CPUs: host RAM is the device memory (estimate/cpu.py)
         return cpu_memory(mem, hw, catalog, hugging_face=isinstance(job, TransformerJob),
                           heap_retention=profile.memory.heap_retention_bytes)  # fmt: skip
@@ -167,14 +168,14 @@ def parallel_step_memory(job: TorchJob | TransformerJob, profile: StepProfile, h
         local = load.dense_params + load.expert_params
         share = local / max(1, p.total)
         autocast = profile.memory.autocast_copies * share if engine is Engine.TORCH else 0.0
-        forward_temporaries = autocast + sharding_buffer_bytes(strategy, largest_block_params=gathered_block,
-                                                               world_size=shard_over, compute_bytes=job.precision.compute_bytes)  # fmt: skip
+        buffers = _sharding_buffers(job, profile, strategy, gathered_block, shard_over, on_cuda=_on_cuda(hw))
+        forward_temporaries = autocast + buffers[0]
         optimizer_temporaries = 0.0 if engine is Engine.DEEPSPEED else (
             profile.memory.optimizer_temporaries * share / (shard_over if strategy.shards_optimizer else 1))
         buckets = ddp_bucket_bytes(strategy, local * gradient_bytes_per_param(job.precision, engine), layout.data_parallel)
         peaks.append(_peak(states, load.activations, forward_temporaries + buckets, optimizer_temporaries + buckets,
                            catalog, world_size=layout.world_size,
-                           grads_live_in_forward=micro_steps > 1 or engine is Engine.DEEPSPEED))  # fmt: skip
+                           grads_live_in_forward=micro_steps > 1 or engine is Engine.DEEPSPEED, stream_pool=buffers[1]))  # fmt: skip
     return max(peaks, key=lambda m: m.peak)
 
 
@@ -191,8 +192,30 @@ def local_block_params(largest_block: float, split: Any, layout: Any) -> float:
     return largest_block / layout.tp
 
 
+def _sharding_buffers(job: TorchJob | TransformerJob, profile: StepProfile, strategy: Strategy, block: float,
+                      world_size: int, *, on_cuda: bool) -> tuple[float, tuple[float, float]]:  # fmt: skip
+    """(allocated, another stream's pool: its size and its part idle at the forward-side peak) bytes of the strategy's gathered blocks and gradient buffers
+    (memory.sharding_buffer_bytes, memory.fsdp_stream_pool_bytes).  A block's trainable share is the model's (LoRA:
+    the adapters' gradients are the only ones reduced); FSDP reduces mixed-precision gradients in fp32, as
+    torchtitan's default ``mixed_precision_reduce = "float32"`` and trainplan's own run (run/runtime/wrapping.py)
+    set the MixedPrecisionPolicy, else in the parameters' dtype."""
+    p = profile.params
+    compute = job.precision.compute_bytes
+    kwargs = dict(largest_block_params=block, world_size=world_size, compute_bytes=compute,
+                  trainable_fraction=p.trainable / max(1, p.total),
+                  reduce_bytes=4.0 if job.precision.mixed else float(compute))  # fmt: skip
+    allocated = sharding_buffer_bytes(strategy, **kwargs)  # type: ignore[arg-type]
+    return allocated, fsdp_stream_pool_bytes(strategy, **kwargs) if on_cuda else (0.0, 0.0)  # type: ignore[arg-type]
+
+
+def _on_cuda(hw: Hardware) -> bool:
+    """A GPU's CUDA (or ROCm) caching allocator, with its per-stream pools."""
+    return hw.accelerator is not None and hw.accelerator.kind == "gpu"
+
+
 def _peak(states: ModelStates, activations: float, forward_temporaries: float, optimizer_temporaries: float,
-          catalog: Catalog, *, world_size: int, grads_live_in_forward: bool) -> MemoryBreakdown:  # fmt: skip
+          catalog: Catalog, *, world_size: int, grads_live_in_forward: bool,
+          stream_pool: tuple[float, float] = (0.0, 0.0)) -> MemoryBreakdown:  # fmt: skip
     """:func:`memory.step_peak` with the catalog's fixed overhead (CUDA context, communicator buffers) and the
     allocator's reserve fractions."""
     return step_peak(
@@ -206,6 +229,7 @@ def _peak(states: ModelStates, activations: float, forward_temporaries: float, o
         fragmentation=catalog.assumption("allocator_fragmentation"),
         expandable_fraction=catalog.assumption("allocator_fragmentation_expandable"),
         grads_live_in_forward=grads_live_in_forward,
+        stream_pool=stream_pool,
     )
 
 
@@ -227,8 +251,9 @@ def simulated_reserve(mem: MemoryBreakdown, profile: StepProfile, catalog: Catal
     """A traced step's reserve: the bytes the allocator simulation found beyond the traced peak, plus the default
     fraction of whatever the strategy allocates beyond that peak (sharding buffers, gathered blocks)."""
     beyond = max(0.0, mem.allocated - (profile.memory.single_device_peak or 0.0))
-    reserve = (profile.memory.reserve_bytes or 0.0) + catalog.assumption("allocator_fragmentation") * beyond
-    slack = (profile.memory.expandable_reserve_bytes or 0.0) + catalog.assumption("allocator_fragmentation_expandable") * beyond
+    reserve = (profile.memory.reserve_bytes or 0.0) + catalog.assumption("allocator_fragmentation") * beyond + mem.stream_pool
+    slack = ((profile.memory.expandable_reserve_bytes or 0.0) + catalog.assumption("allocator_fragmentation_expandable") * beyond
+             + mem.stream_pool)  # fmt: skip
     return replace(mem, overhead=mem.overhead - mem.fragmentation + reserve, fragmentation=reserve,
                    expandable_slack=min(reserve, slack))  # fmt: skip
 

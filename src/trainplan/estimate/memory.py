@@ -55,6 +55,7 @@ class MemoryBreakdown:
     context: float = 0.0  # CUDA context + communicator buffers (part of overhead; never seen by the allocator)
     fragmentation: float = 0.0  # reserved by the caching allocator but not allocated at the peak (part of overhead)
     expandable_slack: float = 0.0  # the same with expandable_segments: at most the partly used pages
+    stream_pool: float = 0.0  # part of fragmentation: another stream's cached blocks (FSDP2's all-gather outputs)
 
     @property
     def peak(self) -> float:
@@ -464,18 +465,31 @@ def autocast_weight_copy_bytes(matmul_params: float, precision: Precision, strat
 
 
 def sharding_buffer_bytes(strategy: Strategy, *, largest_block_params: float, world_size: int,
-                          compute_bytes: float = 2.0) -> float:  # fmt: skip
-    """Communication buffers and gathered weights of a sharded strategy.
+                          compute_bytes: float = 2.0, trainable_fraction: float = 1.0,
+                          reduce_bytes: float | None = None) -> float:  # fmt: skip
+    """Communication buffers and gathered weights of a sharded strategy, allocated at the step's peak.
 
     DeepSpeed ZeRO-1/2: one reduce bucket and one all-gather bucket (sizes in
     the config trainplan renders, 16-bit elements).  ZeRO-3: the prefetch bucket, the live
     gathered parameters (at most two blocks, capped by
-    ``stage3_max_live_parameters``) and the reduce bucket.  FSDP: the current
-    and the prefetched block unsharded, and one block's unsharded gradients for
-    its reduce-scatter (PyTorch FSDP2 docs, implicit prefetching), in the dtype
-    the unit computes in (``compute_bytes``: the MixedPrecision ``param_dtype``, else
-    the parameters' own).  FSDP's CPU offload gathers the same units after copying
-    each shard to the device (FSDP1 ``FlatParamHandle.pre_unshard``).
+    ``stage3_max_live_parameters``) and the reduce bucket.
+
+    FSDP, as FSDP2 (``fully_shard``) holds them — torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py and
+    _fsdp_collectives.py, torch 2.13 — with B the largest block's parameters in the dtype it computes in
+    (``compute_bytes``: the MixedPrecisionPolicy ``param_dtype``, else the parameters' own):
+
+    * forward (implicit prefetching): the running block's flat all-gather output, kept in ``all_gather_state``
+      until the next block's copy-out; the next block's, prefetched; the running block's unsharded parameters
+      copied out of it — 3 B;
+    * backward: the running block's unsharded parameters, the next block's prefetched all-gather output, the
+      running block's unsharded gradients (its trainable part, in ``compute_bytes``) and the previous block's
+      reduce-scatter input (``reduce_bytes``: the policy's ``reduce_dtype``), which ``reduce_scatter_states`` holds
+      until this block's own reduce (``reduce_scatter_max_input_buffers`` = 1) — 2 B + trainable × (2 + reduce).
+
+    The larger of the two is what is allocated; the forward side of the step's peak carries it.  SHARD_GRAD_OP
+    keeps its parameters unsharded in the model states, so only the gradient side is here.  FSDP's CPU offload
+    gathers the same units after copying each shard to the device (FSDP1 ``FlatParamHandle.pre_unshard``,
+    FSDP2 ``FSDPParam`` offload).
     """
     if world_size <= 1 and not strategy.offloads_optimizer:
         return 0.0
@@ -485,9 +499,40 @@ def sharding_buffer_bytes(strategy: Strategy, *, largest_block_params: float, wo
             return 2.0 * (DEEPSPEED_PREFETCH_BUCKET_ELEMS + live + DEEPSPEED_REDUCE_BUCKET_ELEMS)
         return 2.0 * (DEEPSPEED_REDUCE_BUCKET_ELEMS + DEEPSPEED_ALLGATHER_BUCKET_ELEMS)
     if strategy.engine is Engine.FSDP:
-        gathered = 2 * largest_block_params if strategy.shards_parameters else 0.0
-        return compute_bytes * (gathered + largest_block_params)
+        reduce = compute_bytes if reduce_bytes is None else reduce_bytes
+        gradients = largest_block_params * trainable_fraction * (compute_bytes + reduce)
+        if not strategy.shards_parameters:
+            return gradients
+        forward = 3 * compute_bytes * largest_block_params
+        backward = 2 * compute_bytes * largest_block_params + gradients
+        return max(forward, backward)
     return 0.0
+
+
+def fsdp_stream_pool_bytes(strategy: Strategy, *, largest_block_params: float, world_size: int,
+                           compute_bytes: float = 2.0, trainable_fraction: float = 1.0,
+                           reduce_bytes: float | None = None) -> tuple[float, float]:  # fmt: skip
+    """FSDP2's all-gather stream pool: (its size, the part of it idle at the forward-side peak).
+
+    The flat all-gather outputs are allocated on FSDP2's all-gather copy-in stream (``foreach_all_gather``
+    allocates them under ``all_gather_copy_in_stream``), and PyTorch's CUDA caching allocator keeps a freed block
+    for the stream that allocated it (c10/cuda/CUDACachingAllocator.cpp: blocks are pooled by stream; CUDA
+    semantics docs, "Memory management"), so the default stream never reuses them.  Forward leaves that pool
+    holding two blocks' outputs, 2 B.  Reserved buffers are then the default stream's largest need (the running
+    block's parameters, plus in backward its gradients and the held reduce-scatter input) plus that pool; what is
+    idle is that less the buffers :func:`sharding_buffer_bytes` counts as allocated — at the optimizer step, the
+    whole pool.  A CUDA device only: CPUs and TPUs have no such pools."""
+    if strategy.engine is not Engine.FSDP or not strategy.shards_parameters:
+        return 0.0, 0.0
+    if world_size <= 1 and not strategy.offloads_optimizer:
+        return 0.0, 0.0
+    reduce = compute_bytes if reduce_bytes is None else reduce_bytes
+    pool = 2 * compute_bytes * largest_block_params
+    default_stream = compute_bytes * largest_block_params + largest_block_params * trainable_fraction * (compute_bytes + reduce)
+    allocated = sharding_buffer_bytes(strategy, largest_block_params=largest_block_params, world_size=world_size,
+                                      compute_bytes=compute_bytes, trainable_fraction=trainable_fraction,
+                                      reduce_bytes=reduce_bytes)  # fmt: skip
+    return pool, max(0.0, default_stream + pool - allocated)
 
 
 def optimizer_foreach_temporary_bytes(trainable_params: float, optimizer: Optimizer) -> float:
@@ -528,6 +573,7 @@ def step_peak(
     fragmentation: float,
     grads_live_in_forward: bool,
     expandable_fraction: float = 0.0,
+    stream_pool: tuple[float, float] = (0.0, 0.0),
 ) -> MemoryBreakdown:
     """Peak of one step: the largest of the moments that can hold it.
 
@@ -544,7 +590,9 @@ def step_peak(
     hands out: a fraction of the peak (``fragmentation``), or with expandable
     segments ``expandable_fraction`` (both from estimate/allocator.py's simulation);
     the CUDA context and communicator buffers
-    (``fixed_overhead``) lie outside it.  The peak is reserved + context.
+    (``fixed_overhead``) lie outside it.  ``stream_pool``: another CUDA stream's cached blocks, (the pool, its
+    part idle at the forward-side peak) (:func:`fsdp_stream_pool_bytes`) — at the optimizer step all of it is idle;
+    reserved with or without expandable segments (each stream keeps its own).  The peak is reserved + context.
     """
     g_fwd = states.gradients if grads_live_in_forward else 0.0
     w_opt = states.weights - states.unsharded_until_backward_end
@@ -559,7 +607,8 @@ def step_peak(
     else:
         phase, grads, acts, temps = "backward", states.gradients, 0.0, 0.0
     top = max(fwd, opt, bwd)
-    reserve = fragmentation * top
+    pool = stream_pool[1] if phase == "forward" else stream_pool[0]
+    reserve = fragmentation * top + pool
     overhead = temps + fixed_overhead + reserve
     return MemoryBreakdown(
         weights=weights,
@@ -571,5 +620,6 @@ def step_peak(
         phase=phase,
         context=fixed_overhead,
         fragmentation=reserve,
-        expandable_slack=min(reserve, expandable_fraction * top),
+        expandable_slack=min(reserve, expandable_fraction * top + pool),
+        stream_pool=pool,
     )
