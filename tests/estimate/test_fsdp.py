@@ -162,6 +162,8 @@ def test_fsdp2_buffers_follow_its_all_gather_and_reduce_scatter_lifetimes() -> N
     assert sharding_buffer_bytes(Strategy.FSDP, **lora) == pytest.approx(3 * 2 * block)  # forward: 6 B
     # bf16-pure reduces in bf16: 2 B + 2 B of gradients beside the 4 B of parameters and prefetch
     assert sharding_buffer_bytes(Strategy.FSDP, **{**full, "reduce_bytes": 2.0}) == pytest.approx(8 * block)
+    # torch_xla's FSDP on a TPU: XLA assigns the buffers; three gathered blocks, whatever the gradients
+    assert sharding_buffer_bytes(Strategy.FSDP, **full, xla=True) == pytest.approx(3 * 2 * block)
     # SHARD_GRAD_OP: parameters stay unsharded in the model states, only the gradient side is a buffer
     assert sharding_buffer_bytes(Strategy.FSDP_GRAD_OP, **full) == pytest.approx(6 * block)
     # the all-gather copy-in stream's pool: 2 B of outputs cached; at the forward-side peak, 1 B of it idle when

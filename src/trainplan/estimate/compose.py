@@ -106,7 +106,7 @@ def _step_memory(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardw
     # AMP's cached 16-bit weight copies exist only over fp32 weights (plain PyTorch);
     # DeepSpeed and FSDP hold 16-bit working weights already.
     autocast = profile.memory.autocast_copies if engine is Engine.TORCH else 0.0
-    buffers = _sharding_buffers(job, profile, strategy, p.largest_block, n, on_cuda=_on_cuda(hw))
+    buffers = _sharding_buffers(job, profile, strategy, p.largest_block, n, on_cuda=_on_cuda(hw), on_tpu=_on_tpu(hw))
     forward_temporaries = autocast + profile.memory.forward_temporaries + buffers[0]
     # foreach temporaries scale with the optimizer shard; DeepSpeed's fused and CPU optimizers make none.
     if engine is Engine.DEEPSPEED or strategy.offloads_optimizer:
@@ -193,7 +193,7 @@ def local_block_params(largest_block: float, split: Any, layout: Any) -> float:
 
 
 def _sharding_buffers(job: TorchJob | TransformerJob, profile: StepProfile, strategy: Strategy, block: float,
-                      world_size: int, *, on_cuda: bool) -> tuple[float, tuple[float, float]]:  # fmt: skip
+                      world_size: int, *, on_cuda: bool, on_tpu: bool = False) -> tuple[float, tuple[float, float]]:  # fmt: skip
     """(allocated, another stream's pool: its size and its part idle at the forward-side peak) bytes of the strategy's gathered blocks and gradient buffers
     (memory.sharding_buffer_bytes, memory.fsdp_stream_pool_bytes).  A block's trainable share is the model's (LoRA:
     the adapters' gradients are the only ones reduced); FSDP reduces mixed-precision gradients in fp32, as
@@ -204,7 +204,7 @@ def _sharding_buffers(job: TorchJob | TransformerJob, profile: StepProfile, stra
     kwargs = dict(largest_block_params=block, world_size=world_size, compute_bytes=compute,
                   trainable_fraction=p.trainable / max(1, p.total),
                   reduce_bytes=4.0 if job.precision.mixed else float(compute))  # fmt: skip
-    allocated = sharding_buffer_bytes(strategy, **kwargs)  # type: ignore[arg-type]
+    allocated = sharding_buffer_bytes(strategy, **kwargs, xla=on_tpu)  # type: ignore[arg-type]
     return allocated, fsdp_stream_pool_bytes(strategy, **kwargs) if on_cuda else (0.0, 0.0)  # type: ignore[arg-type]
 
 

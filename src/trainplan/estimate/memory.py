@@ -466,7 +466,7 @@ def autocast_weight_copy_bytes(matmul_params: float, precision: Precision, strat
 
 def sharding_buffer_bytes(strategy: Strategy, *, largest_block_params: float, world_size: int,
                           compute_bytes: float = 2.0, trainable_fraction: float = 1.0,
-                          reduce_bytes: float | None = None) -> float:  # fmt: skip
+                          reduce_bytes: float | None = None, xla: bool = False) -> float:  # fmt: skip
     """Communication buffers and gathered weights of a sharded strategy, allocated at the step's peak.
 
     DeepSpeed ZeRO-1/2: one reduce bucket and one all-gather bucket (sizes in
@@ -489,7 +489,9 @@ def sharding_buffer_bytes(strategy: Strategy, *, largest_block_params: float, wo
     The larger of the two is what is allocated; the forward side of the step's peak carries it.  SHARD_GRAD_OP
     keeps its parameters unsharded in the model states, so only the gradient side is here.  FSDP's CPU offload
     gathers the same units after copying each shard to the device (FSDP1 ``FlatParamHandle.pre_unshard``,
-    FSDP2 ``FSDPParam`` offload).
+    FSDP2 ``FSDPParam`` offload).  On a TPU (``xla``) FSDP is torch_xla's, whose buffers XLA's compiler assigns: the
+    gathered block, the prefetched one and one block's gradients, 3 B, as trainplan counted FSDP before FSDP2's
+    lifetimes were read.
     """
     if world_size <= 1 and not strategy.offloads_optimizer:
         return 0.0
@@ -498,6 +500,8 @@ def sharding_buffer_bytes(strategy: Strategy, *, largest_block_params: float, wo
             live = min(DEEPSPEED_MAX_LIVE_PARAMS, 2 * largest_block_params)
             return 2.0 * (DEEPSPEED_PREFETCH_BUCKET_ELEMS + live + DEEPSPEED_REDUCE_BUCKET_ELEMS)
         return 2.0 * (DEEPSPEED_REDUCE_BUCKET_ELEMS + DEEPSPEED_ALLGATHER_BUCKET_ELEMS)
+    if strategy.engine is Engine.FSDP and xla:
+        return compute_bytes * largest_block_params * (3 if strategy.shards_parameters else 1)
     if strategy.engine is Engine.FSDP:
         reduce = compute_bytes if reduce_bytes is None else reduce_bytes
         gradients = largest_block_params * trainable_fraction * (compute_bytes + reduce)
