@@ -26,6 +26,9 @@ FROZEN3_SHA256 = "3b49b42a205eef1e07bf42458c32128d2cccd1759221fe939612447334541d
 # the fourth set: collected 2026-12-05 and committed before it was looked at; no change may be chosen by it
 HELDOUT4 = HELDOUT.with_name("published_heldout4.yaml")
 FROZEN4_SHA256 = "e707b0b815572bd14c0fa0c2a93442d6c4b70eb45c1a784f404b575092101753"
+# the fifth set: collected 2026-12-05 after FSDP2's buffer lifetimes were read, committed before it was looked at
+HELDOUT5 = HELDOUT.with_name("published_heldout5.yaml")
+FROZEN5_SHA256 = "d4449f359454a52194fd05930ea886764d188befb5bda144eb89af589fbd590d"
 IN_SAMPLE = ("published_llm.yaml", "published_stacks.yaml")
 
 
@@ -34,12 +37,20 @@ def test_the_heldout_files_are_the_frozen_ones() -> None:
     assert hashlib.sha256(HELDOUT2.read_bytes()).hexdigest() == FROZEN2_SHA256
     assert hashlib.sha256(HELDOUT3.read_bytes()).hexdigest() == FROZEN3_SHA256
     assert hashlib.sha256(HELDOUT4.read_bytes()).hexdigest() == FROZEN4_SHA256
+    assert hashlib.sha256(HELDOUT5.read_bytes()).hexdigest() == FROZEN5_SHA256
 
 
 def test_the_later_sets_are_usable_and_new() -> None:
-    first, second, third, fourth = (yaml.safe_load(p.read_text()) for p in (HELDOUT, HELDOUT2, HELDOUT3, HELDOUT4))
-    ids = [r["id"] for r in (*first, *second, *third, *fourth)]
+    sets = (HELDOUT, HELDOUT2, HELDOUT3, HELDOUT4, HELDOUT5)
+    first, second, third, fourth, fifth = (yaml.safe_load(p.read_text()) for p in sets)
+    ids = [r["id"] for r in (*first, *second, *third, *fourth, *fifth)]
     assert len(ids) == len(set(ids))
+    for rec in fifth:  # every record stateable: the assembly wrote catalog GPUs and knobs before any prediction
+        assert rec["source"] and rec["notes"] and record_to_job(rec) is not None, rec["id"]
+        assert rec["measured"].get("peak_memory_gib"), rec["id"]
+    in_sample_text = "".join((HELDOUT.parent / n).read_text() for n in IN_SAMPLE)
+    for source in ("torchao/float8/README.md", "torchtitan/pull/165"):  # the fifth set's two sources are new
+        assert source not in in_sample_text and any(source in str(r["source"]) for r in fifth)
     for rec in fourth:  # kept whole, the configurations trainplan cannot express included (reported as not modelled)
         assert rec["source"] and rec["notes"] and rec["measured"], rec["id"]
         assert rec["measured"].get("fits") is False or rec["measured"].get("peak_memory_gib"), rec["id"]
