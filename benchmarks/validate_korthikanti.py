@@ -39,6 +39,8 @@ def estimates() -> dict[str, tuple[float, bool, float]]:
             "seq_len": rec["seq_len"], "micro_batch": rec["micro_batch"], "global_batch": rec["global_batch"],
             "precision": rec["precision"], "optimizer": "adamw", "steps": 1,
             "activation_checkpointing": rec["activation_checkpointing"],
+            # Megatron-LM's --recompute-granularity selective: the attention core recomputed (Korthikanti Sec. 4.2)
+            "knobs": {"selective_recompute": "attention-core"},
         })  # fmt: skip
         hw = hardware_for_gpu(cat.accelerators[hw_rec["accelerator"]], cat, gpus=hw_rec["gpus_per_node"], nodes=hw_rec["nodes"])
         layout = Layout(hw_rec["gpus_per_node"], hw_rec["nodes"], tp=p["tp"], pp=p["pp"], vpp=p["vpp"],

@@ -131,6 +131,14 @@ class FusedKernels(str, Enum):
     UNSLOTH = "unsloth"  # Unsloth: RMSNorm, SwiGLU / LoRA MLP, RoPE and its cross-entropy kernel
 
 
+class SelectiveRecompute(str, Enum):
+    """What ``activation_checkpointing: selective`` keeps for backward — it differs between the stacks that offer it."""
+
+    ATTENTION_CORE = "attention-core"  # Korthikanti et al. 2022 Sec. 4.2, Megatron-LM --recompute-granularity selective
+    MATMUL_OUTPUTS = "matmul-outputs"  # PyTorch selective checkpointing keeping every matmul and attention output
+    ALTERNATE_MATMULS = "alternate-matmuls"  # torchtitan's "op" mode: attention outputs and every other matmul's
+
+
 class StackKnobs(BaseModel):
     """Explicit settings that override the stack's defaults (each ``None`` = the stack's default)."""
 
@@ -155,6 +163,8 @@ class StackKnobs(BaseModel):
     # precision fp8 under FSDP: the float8 linears' weights are all-gathered in FP8, cast on each rank's shard (torchao
     # Float8LinearConfig.enable_fsdp_float8_all_gather; torchtitan's float8 enable_fsdp_float8_all_gather, off by default)
     fp8_all_gather: bool | None = None
+    # activation_checkpointing: selective — which outputs a checkpointed block keeps (SelectiveRecompute)
+    selective_recompute: SelectiveRecompute | None = None
 
 
 class TabularLibrary(str, Enum):

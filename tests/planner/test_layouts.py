@@ -64,10 +64,11 @@ def test_search_finds_a_layout_within_5_percent_of_the_fastest(model: str, gpu: 
 
 
 def test_plan_offers_3d_layouts_where_data_parallel_alone_cannot_fit() -> None:
-    """The issue's case: a 70B pretraining with selective checkpointing on up to 1,024 GPUs, which no data-parallel
-    strategy fits (activations of 8,192 tokens per GPU); tensor + pipeline parallel layouts do."""
+    """The issue's case: a 70B pretraining with Megatron's selective checkpointing (the attention core recomputed)
+    on up to 1,024 GPUs, which no data-parallel strategy fits (activations of 8,192 tokens per GPU); tensor +
+    pipeline parallel layouts do."""
     job = job_for("llama-2-70b", seq_len=4096, micro_batch=1, global_batch=1024, tokens=2e12,
-                  constraints={"max_gpus": 1024})  # fmt: skip
+                  constraints={"max_gpus": 1024}, knobs={"selective_recompute": "attention-core"})  # fmt: skip
     plan = plan_job(job, CAT)
     assert plan.options
     assert all(e.hardware.layout.model_parallel for e in plan.options[:5])

@@ -25,13 +25,13 @@ from trainplan.run.targets.megatron import (
 )
 from trainplan.measure.probe import Accelerator
 from trainplan.run.targets.plan import resolve_launch
-from trainplan.spec import Method, Precision
+from trainplan.spec import Method, Precision, StackKnobs
 from trainplan.strategies import Strategy
 
 PRETRAIN_70B = {
     "name": "l70", "kind": "transformer", "model": "llama-3.1-70b", "task": "pretrain", "method": "full",
     "seq_len": 4096, "micro_batch": 1, "global_batch": 64, "precision": "bf16", "optimizer": "adamw",
-    "activation_checkpointing": "selective", "steps": 50,
+    "activation_checkpointing": "selective", "steps": 50, "knobs": {"selective_recompute": "attention-core"},
 }  # fmt: skip
 DEGREES = ("tp", "pp", "vpp", "cp", "ep", "sequence_parallel")
 NODE0 = LaunchOptions(master_addr="10.0.0.1")
@@ -113,6 +113,7 @@ SMALL = {"layers": 4, "hidden": 256, "heads": 8, "kv_heads": 2, "ffn_hidden": 10
     ({"model": "gemma-2-9b"}, "a sliding attention window"),
     ({"model": "olmoe-1b-7b"}, "normalises q and k over the full width"),
     ({"precision": Precision.BF16_PURE}, "bf16-pure has no equivalent"),
+    ({"knobs": StackKnobs()}, "set knobs.selective_recompute: attention-core"),  # plain's selective keeps matmuls
     ({"strategy": Strategy.FSDP}, "pick a ddp or zero1 option"),
     ({"device": Accelerator.CPU}, "--device cpu rehearses with --to torchrun"),
 ])  # fmt: skip

@@ -151,6 +151,7 @@ def training_step_flops(
     fp8_matmul_params: float = 0.0,
     fp8_cast_bytes: tuple[float, float] = (0.0, 0.0),
     amp_cast_bytes: tuple[float, float] = (0.0, 0.0),
+    selective_matmul_params: float | None = None,
 ) -> StepFlops:
     """Forward, backward and recomputation FLOPs of one micro-batch of ``tokens``.
 
@@ -163,7 +164,10 @@ def training_step_flops(
     (precision fp8: the block linear weights) put their GEMMs — forward, both
     backward GEMMs, and the forward again under full checkpointing — on the FP8
     tensor cores; ``fp8_cast_bytes`` (forward, backward) are the casts feeding them, ``amp_cast_bytes``
-    autocast's 16-bit weight copies (transformer.autocast_cast_bytes).
+    autocast's 16-bit weight copies (transformer.autocast_cast_bytes).  ``selective_matmul_params``: under a PyTorch
+    selective-checkpointing policy (memory.selective_saved_bytes_per_token) the weights of the matmuls it recomputes
+    (none when every matmul output is kept); the attention kernel's output is kept, the memory-bound ops are all
+    recomputed.  ``None``: selective is Korthikanti's, the attention core recomputed.
     """
     mm = matmul_flops_forward(matmul_params, tokens)
     attn = attention_flops_forward(layers=layers, seq_len=seq_len, attn_dim=attn_dim, tokens=tokens)
@@ -184,7 +188,7 @@ def training_step_flops(
     if checkpointing is Checkpointing.FULL:
         recompute = forward - matmul_flops_forward(lm_head_params, tokens)
     elif checkpointing is Checkpointing.SELECTIVE:
-        recompute = attn
+        recompute = attn if selective_matmul_params is None else matmul_flops_forward(selective_matmul_params, tokens)
     else:
         recompute = 0.0
     split = None
@@ -192,9 +196,11 @@ def training_step_flops(
         fused = attn if causal_fused_attention else 0.0
         bytes_fwd = block_bytes_per_token * layers * tokens
         bytes_bwd = MEMORY_BOUND_BACKWARD_RATIO * bytes_fwd
-        if checkpointing is Checkpointing.FULL:
+        pytorch_selective = checkpointing is Checkpointing.SELECTIVE and selective_matmul_params is not None
+        if checkpointing is Checkpointing.FULL or pytorch_selective:
             bytes_bwd += bytes_fwd
-        recomputed_attn = fused if checkpointing in (Checkpointing.FULL, Checkpointing.SELECTIVE) else 0.0
+        recomputed_attn = fused if checkpointing is Checkpointing.FULL or (
+            checkpointing is Checkpointing.SELECTIVE and not pytorch_selective) else 0.0
         fp8_fwd = matmul_flops_forward(fp8_matmul_params, tokens)
         fp8_bwd = 2.0 * fp8_fwd + (fp8_fwd if checkpointing is Checkpointing.FULL else 0.0)
         cast_f, cast_b = fp8_cast_bytes

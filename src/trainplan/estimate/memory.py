@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainplan.spec import Checkpointing, FusedKernels, LossImpl, Optimizer, Precision
+from trainplan.spec import Checkpointing, FusedKernels, LossImpl, Optimizer, Precision, SelectiveRecompute
 from trainplan.strategies import Engine, Strategy, ZeroStage
 
 GIB = 2**30
@@ -283,6 +283,9 @@ def layer_activation_bytes(
 ) -> float:
     """Activation bytes one transformer block keeps for backward (Korthikanti et al. 2022, eq. 1, term by term).
 
+    ``checkpointing`` selective here is Korthikanti's (Sec. 4.2: the attention core recomputed); the PyTorch
+    policies keep :func:`selective_saved_bytes_per_token` instead.
+
     ``split``: when given, (replicated, tensor-parallel sharded) bytes are appended to it — the parts a
     tensor-parallel layout keeps whole and divides (estimate/parallel.py).
 
@@ -361,6 +364,25 @@ def layer_activation_bytes(
     if split is not None:
         split.append((tokens * replicated, tokens * (total - replicated)))
     return tokens * total
+
+
+def selective_saved_bytes_per_token(*, linears: list[tuple[int, bool]], hidden: int, heads: int, q_dim: int,
+                                    seq_len: int, e: float, flash_attention: bool,
+                                    selective: SelectiveRecompute) -> tuple[float, float]:  # fmt: skip
+    """(replicated, tensor-parallel sharded) bytes per token a block keeps under PyTorch selective checkpointing
+    (``torch.utils.checkpoint.create_selective_checkpoint_contexts``: ops the policy marks MUST_SAVE keep their
+    outputs, everything else is recomputed in backward from the block's input, which the checkpoint keeps).
+
+    ``linears``: the block's matmuls in the order they run, as (output width, replicated) — replicated for the
+    output and down projections, full width after tensor parallelism's reduction (a LoRA adapter's two matmuls follow
+    its layer's).  ``matmul-outputs`` (trainplan run, estimate/trace/checkpointing.py) keeps every output;
+    ``alternate-matmuls`` (torchtitan's op mode: "Save output of all ops in save list, except every second mm", the
+    count restarting in each block) keeps the 1st, 3rd, 5th ….  Both keep the attention kernel's output and its fp32
+    log-sum-exp per head (without a fused kernel: the scores matmul's output, e·a·s, and the value matmul's, e·q)."""
+    kept = linears if selective is SelectiveRecompute.MATMUL_OUTPUTS else linears[0::2]
+    attention = e * q_dim + (4.0 * heads if flash_attention else e * heads * seq_len)
+    replicated = e * hidden + sum(e * w for w, full in kept if full)
+    return replicated, attention + sum(e * w for w, full in kept if not full)
 
 
 def checkpointed_activation_bytes(

@@ -16,13 +16,14 @@ from dataclasses import dataclass
 
 from trainplan.catalog import Catalog
 from trainplan.errors import SpecError
-from trainplan.spec import FusedKernels, LossImpl, Optimizer, Precision, Stack, TorchJob, TransformerJob
+from trainplan.spec import FusedKernels, LossImpl, Optimizer, Precision, SelectiveRecompute, Stack, TorchJob, TransformerJob
 from trainplan.strategies import Engine
 
 KNOB_NAMES = ("loss", "loss_chunks", "loss_chunk_tokens", "compile", "optimizer_in_backward", "activation_offloading",
               "fused_optimizer", "paged_optimizer", "unsharded_accumulation", "frozen_weight_gradients",
-              "frozen_weights_fp32", "loss_upcast", "fused_kernels", "qlora_fp32_params", "tf32_matmul", "fp8_all_gather")  # fmt: skip
-_ENUMS = (LossImpl, FusedKernels)
+              "frozen_weights_fp32", "loss_upcast", "fused_kernels", "qlora_fp32_params", "tf32_matmul", "fp8_all_gather",
+              "selective_recompute")  # fmt: skip
+_ENUMS = (LossImpl, FusedKernels, SelectiveRecompute)
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class Knobs:
     fused_kernels: FusedKernels = FusedKernels.NONE
     tf32_matmul: bool = False  # fp32 matmuls on TF32 tensor cores (off in PyTorch by default)
     fp8_all_gather: bool = False  # precision fp8 under FSDP: the float8 linears' weights all-gathered in FP8
+    selective_recompute: SelectiveRecompute = SelectiveRecompute.ATTENTION_CORE  # what `selective` keeps
     engines: tuple[Engine, ...] = (Engine.TORCH, Engine.FSDP, Engine.DEEPSPEED)
     notes: tuple[str, ...] = ()  # which explicit knob overrode which stack default
 
@@ -113,6 +115,7 @@ def effective_knobs(job: TorchJob | TransformerJob, catalog: Catalog) -> Knobs:
         fused_kernels=kernels,
         tf32_matmul=bool(merged.get("tf32_matmul", False)),
         fp8_all_gather=bool(merged.get("fp8_all_gather", False)),
+        selective_recompute=SelectiveRecompute(merged.get("selective_recompute", "attention-core")),
         engines=tuple(Engine(e) for e in entry.get("engines", [e.value for e in Engine])),
         notes=tuple(notes),
     )

@@ -23,6 +23,7 @@ from trainplan.estimate.memory import (
     logits_bytes,
     norm_saved_bytes_per_token,
     optimizer_foreach_temporary_bytes,
+    selective_saved_bytes_per_token,
 )
 from trainplan.estimate.parallel import ModelSplit
 from trainplan.estimate.profile import Params, ProfileSource, StepMemory, StepProfile
@@ -31,7 +32,7 @@ from trainplan.estimate.stack import Knobs, effective_knobs
 from trainplan.estimate.steptime import matmul_efficiency
 from trainplan.model import ModelArch
 from trainplan.errors import SpecError
-from trainplan.spec import Checkpointing, FlashAttention, Method, Precision, Stack, TransformerJob
+from trainplan.spec import Checkpointing, FlashAttention, Method, Precision, SelectiveRecompute, Stack, TransformerJob
 from trainplan.strategies import Strategy
 
 __all__ = ["TransformerModel", "activation_bytes", "estimate_transformer", "matmul_efficiency",
@@ -160,7 +161,7 @@ def layer_split(job: TransformerJob, arch: ModelArch, k: Knobs, ffn_hidden: int)
         down_proj_keeps_input=job.lora_spec is None or "down_proj" in arch_mod.lora_targets(arch, job.lora_spec),
         split=split,
     )
-    replicated, sharded = split[0]
+    replicated, sharded = split[0] if not _keeps_matmul_outputs(job, k) else _selective_split(job, arch, k, ffn_hidden)
     extra = job.seq_len * job.micro_batch * (mla_latent_bytes_per_token(arch, job.precision) + block_norm_extra_bytes_per_token(
         arch, job.precision, trainable=job.lora_spec is None))
     return replicated + extra, sharded
@@ -222,6 +223,11 @@ def block_activation_bytes(job: TransformerJob, arch: ModelArch, knobs: Knobs | 
         moe_blocks = arch.moe_layers + arch.mtp_layers
         per_layer = max(moe, dense if arch.dense_mlp_layers else 0.0)
         total = arch.dense_mlp_layers * dense + moe_blocks * moe
+    if _keeps_matmul_outputs(job, k):
+        # PyTorch selective checkpointing: what each block keeps, plus one block's recomputed rest while its
+        # backward runs (as full checkpointing holds one whole block)
+        whole = job.model_copy(update={"activation_checkpointing": Checkpointing.NONE})
+        return total + max(0.0, _layer_bytes(whole, arch, k, arch.ffn_hidden) - dense)
     if job.activation_checkpointing is Checkpointing.FULL:
         return checkpointed_activation_bytes(
             layers=arch.blocks + arch.mtp_layers,
@@ -232,6 +238,53 @@ def block_activation_bytes(job: TransformerJob, arch: ModelArch, knobs: Knobs | 
             precision=job.precision,
         )
     return total
+
+
+def _block_matmuls(job: TransformerJob, arch: ModelArch, ffn_hidden: int) -> list[tuple[str, int, int, bool]]:
+    """The block's matmuls in the order they run: (layer, input width, output width, replicated under TP); a LoRA
+    adapter's A and B follow the layer they adapt (PEFT ``lora.Linear.forward``: the base layer, then lora_B(lora_A(x)))."""
+    attention = list(arch_mod.attention_shapes(arch).items())
+    mlp = list(arch_mod.dense_mlp_shapes(arch, ffn_hidden).items()) if ffn_hidden else []
+    adapted = arch_mod.lora_targets(arch, job.lora_spec) if job.lora_spec is not None else {}
+    out: list[tuple[str, int, int, bool]] = []
+    for group in (attention, mlp):
+        for i, (name, (fan_in, fan_out)) in enumerate(group):
+            last = i == len(group) - 1
+            out.append((name, fan_in, fan_out, last))
+            if name in adapted:
+                rank = job.lora_spec.rank  # type: ignore[union-attr]
+                out += [(f"{name}.lora_A", fan_in, rank, False), (f"{name}.lora_B", rank, fan_out, last)]
+    return out
+
+
+def _selective_split(job: TransformerJob, arch: ModelArch, k: Knobs, ffn_hidden: int) -> tuple[float, float]:
+    """(replicated, sharded) bytes of one block under a PyTorch selective-checkpointing policy."""
+    tokens = job.seq_len * job.micro_batch
+    replicated, sharded = selective_saved_bytes_per_token(
+        linears=[(w, full) for _, _, w, full in _block_matmuls(job, arch, ffn_hidden)], hidden=arch.hidden,
+        heads=arch.heads, q_dim=arch_mod.attention_inner_dim(arch), seq_len=job.seq_len,
+        e=job.precision.compute_bytes, flash_attention=_flash(job, arch), selective=k.selective_recompute)  # fmt: skip
+    return tokens * replicated, tokens * sharded
+
+
+def selective_recomputed_params(job: TransformerJob, arch: ModelArch, k: Knobs) -> float | None:
+    """Weights of the block matmuls a PyTorch selective-checkpointing policy recomputes (None: not such a policy).
+
+    ``alternate-matmuls`` recomputes the 2nd, 4th, 6th … matmul of each block (memory.selective_saved_bytes_per_token):
+    k, the output projection and up in a SwiGLU Llama block.  An MoE block's routed experts are grouped GEMMs, not counted by that policy's matmul count: not recomputed."""
+    if not _keeps_matmul_outputs(job, k):
+        return None
+    if k.selective_recompute is SelectiveRecompute.MATMUL_OUTPUTS:
+        return 0.0
+    f = arch.moe.shared_ffn_hidden if arch.moe is not None else arch.ffn_hidden
+    per_block = sum(fan_in * fan_out for _, fan_in, fan_out, _ in _block_matmuls(job, arch, f)[1::2])
+    return float(per_block * (arch.blocks + arch.mtp_layers))
+
+
+def _keeps_matmul_outputs(job: TransformerJob, k: Knobs) -> bool:
+    """Selective checkpointing by a PyTorch policy (matmul outputs kept), not Korthikanti's attention core."""
+    return (job.activation_checkpointing is Checkpointing.SELECTIVE
+            and k.selective_recompute is not SelectiveRecompute.ATTENTION_CORE)
 
 
 def head_activation_bytes(job: TransformerJob, arch: ModelArch, knobs: Knobs | None = None) -> float:
@@ -405,6 +458,7 @@ def transformer_profile(job: TransformerJob, catalog: Catalog | None = None, *, 
         fp8_matmul_params=fp8_params,
         fp8_cast_bytes=fp8_casts,
         amp_cast_bytes=(amp_f, amp_b),
+        selective_matmul_params=selective_recomputed_params(job, arch, knobs),
     )
     # AMP autocast caches a 16-bit copy of every fp32 matmul weight it casts (torch.amp docs); frozen
     # LoRA/QLoRA bases are stored in 16 (or 4) bits already, so only full training makes them.

@@ -13,8 +13,9 @@ strategies (Megatron's own FSDP is not rendered here: pick a ddp or zero1 option
 The data-parallel sharding: ``ddp`` is Megatron's DDP; ``zero1`` is ``--use-distributed-optimizer`` (optimizer
 state sharded over the data-parallel ranks, Megatron's ZeRO-1).  Batch: ``--micro-batch-size`` and
 ``--global-batch-size`` (Megatron accumulates, or feeds the pipeline, ``global / (micro × dp)`` micro-batches).
-Activation checkpointing: ``selective`` is ``--recompute-granularity selective`` (the attention core, as the
-estimate counts it after Korthikanti et al. 2022), ``full`` is ``full`` / ``uniform`` / one layer per group.
+Activation checkpointing: ``selective`` is ``--recompute-granularity selective`` (the attention core, Korthikanti et
+al. 2022) — refused unless the job's ``knobs.selective_recompute`` is ``attention-core``, so that the plan was estimated
+as Megatron runs it — and ``full`` is ``full`` / ``uniform`` / one layer per group.
 
 Data: ``--mock-data`` with ``--tokenizer-type NullTokenizer`` (a smoke run at the plan's shape); a real run replaces
 them by ``--data-path`` and a tokenizer (a note says so).  When Megatron Core is importable
@@ -35,7 +36,7 @@ from trainplan.model import ModelArch
 from trainplan.run.targets.base import Command, LaunchPlan, Rendered, unsupported
 from trainplan.run.targets.common import DS_CONFIG, base_files
 from trainplan.run.targets.torchrun import launcher_argv
-from trainplan.spec import Checkpointing, JobKind, Method, Optimizer, Precision
+from trainplan.spec import Checkpointing, JobKind, Method, Optimizer, Precision, SelectiveRecompute
 from trainplan.strategies import Strategy
 
 #: Where Megatron-LM is checked out on the nodes: ``$MEGATRON_LM`` when rendering, else ``./Megatron-LM``.
@@ -67,6 +68,14 @@ def check(plan: LaunchPlan) -> ModelArch:
                                 "or its distributed optimizer (ZeRO-1): pick a ddp or zero1 option (--strategy zero1)")  # fmt: skip
     if job.precision is Precision.BF16_PURE:
         raise unsupported(plan, "Megatron keeps fp32 master weights; precision bf16-pure has no equivalent — use bf16")
+    if job.activation_checkpointing is Checkpointing.SELECTIVE:
+        from trainplan.estimate.stack import effective_knobs
+
+        kept = effective_knobs(job, get_catalog()).selective_recompute
+        if kept is not SelectiveRecompute.ATTENTION_CORE:
+            raise unsupported(plan, "Megatron's selective recomputation recomputes only the attention core, which keeps "
+                                    f"more than this plan was estimated with (selective_recompute {kept.value}): set "
+                                    "knobs.selective_recompute: attention-core in the job and plan again")  # fmt: skip
     if plan.placement.device.value != "cuda":
         raise unsupported(plan, "Megatron-LM runs on GPUs (NCCL); --device cpu rehearses with --to torchrun")
     arch = resolve_model(job.model, get_catalog())
