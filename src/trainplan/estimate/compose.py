@@ -31,9 +31,9 @@ from trainplan.estimate.memory import (
     ModelStates,
     ddp_bucket_bytes,
     framework_overhead_bytes,
+    fsdp_stream_pool_bytes,
     gradient_bytes_per_param,
     model_state_bytes,
-    fsdp_stream_pool_bytes,
     sharding_buffer_bytes,
     step_peak,
 )
@@ -194,8 +194,8 @@ def local_block_params(largest_block: float, split: Any, layout: Any) -> float:
 
 def _sharding_buffers(job: TorchJob | TransformerJob, profile: StepProfile, strategy: Strategy, block: float,
                       world_size: int, *, on_cuda: bool, on_tpu: bool = False) -> tuple[float, tuple[float, float]]:  # fmt: skip
-    """(allocated, another stream's pool: its size and its part idle at the forward-side peak) bytes of the strategy's gathered blocks and gradient buffers
-    (memory.sharding_buffer_bytes, memory.fsdp_stream_pool_bytes).  A block's trainable share is the model's (LoRA:
+    """Bytes of the strategy's gathered blocks and gradient buffers: (allocated, another stream's pool as (its size,
+    its part idle at the forward-side peak)) — memory.sharding_buffer_bytes, memory.fsdp_stream_pool_bytes.  A block's trainable share is the model's (LoRA:
     the adapters' gradients are the only ones reduced); FSDP reduces mixed-precision gradients in fp32, as
     torchtitan's default ``mixed_precision_reduce = "float32"`` and trainplan's own run (run/runtime/wrapping.py)
     set the MixedPrecisionPolicy, else in the parameters' dtype."""
