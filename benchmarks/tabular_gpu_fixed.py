@@ -25,7 +25,8 @@ from trainplan.estimate.tabular import estimate_tabular, gpu_steps
 from trainplan.spec import parse_job
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "published_tabular_gpu2024.yaml"
-SHAPE = {"xgboost": {"max_depth": 10}, "catboost": {"max_depth": 10}, "lightgbm": {"num_leaves": 512}}
+SHAPE = {"xgboost": {"max_depth": 10}, "catboost": {"max_depth": 10, "categorical_features": 6},
+         "lightgbm": {"num_leaves": 512}}  # CatBoost takes the 6 categorical columns as they are (the data file says so)
 
 
 def gpu_hardware(gpu: str, cat):  # noqa: ANN001, ANN201

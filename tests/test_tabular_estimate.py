@@ -278,3 +278,33 @@ def test_the_gpu_fixed_cost_is_the_published_small_table_runs(library) -> None:
     e = estimate_tabular(job, module.gpu_hardware("A100-40GB", cat), cat)
     assert e.time_breakdown["gpu_fixed_s"] == pytest.approx(rate.gpu_fixed_us_per_step * 1e-6 * gpu_steps(job))
     assert gpu_steps(job) == (511 if library == "lightgbm" else 10) * 100
+
+
+def test_catboost_categorical_columns_cost_their_measured_work() -> None:
+    """benchmarks/tabular_catboost_categorical.py: per row and tree, a part for any categorical column and a part per
+    column, beyond what the same columns cost as numbers (tabular_rates.csv, in the rate's cells)."""
+    from trainplan.estimate.tabular import categorical_cells, work_cells
+
+    cat = get_catalog()
+    rate = cat.tabular_rates[("catboost", "cpu")]
+    numeric = _job(library="catboost")
+    mixed = _job(library="catboost", categorical_features=6)
+    rows, trees = fit_rows(mixed), 100
+    extra = work_cells(mixed, rate=rate) - work_cells(numeric, rate=rate)
+    assert extra == pytest.approx(rows * trees * (rate.categorical_cells_per_row_tree + 6 * rate.categorical_cells_per_column_row_tree))
+    assert categorical_cells(numeric, rate, rows=rows, rounds=trees) == 0.0
+    one_core = local_cpu_hardware(1)
+    assert estimate_tabular(mixed, one_core, cat).train_s > 2 * estimate_tabular(numeric, one_core, cat).train_s
+    # the GPU rate comes from GBM-perf's airline runs, 6 of 8 columns categorical: that work is inside it already
+    gpu_rate = cat.tabular_rates[("catboost", "gpu")]
+    assert categorical_cells(mixed, gpu_rate, rows=rows, rounds=trees) == 0.0
+
+
+def test_categorical_columns_are_catboost_s_and_at_most_the_features() -> None:
+    from trainplan.errors import SpecError
+
+    for fields, words in (({"library": "xgboost", "categorical_features": 2}, "one-hot encode them"),
+                          ({"library": "catboost", "categorical_features": 21}, "more than the job's 20 features")):
+        with pytest.raises(SpecError) as err:
+            _job(**fields)
+        assert words in str(err.value) and "categorical_features" in f"{err.value.field} {err.value}"

@@ -425,6 +425,19 @@ class TabularJob(_JobBase):
     iterations: PositiveInt = 100  # sklearn-linear solver iterations
     # fraction of the rows × features cells a sparse (CSR / CSC) matrix stores: one-hot or bag-of-words data
     density: Annotated[float, Field(gt=0, le=1)] = 1.0
+    # how many of the features are categorical columns CatBoost encodes itself (ordered target statistics)
+    categorical_features: Annotated[int, Field(ge=0)] = 0
+
+    @field_validator("categorical_features")
+    @classmethod
+    def _categorical_library(cls, v: int, info: ValidationInfo) -> int:
+        library, features = info.data.get("library"), info.data.get("features")
+        if v and library is not None and library is not TabularLibrary.CATBOOST:
+            raise ValueError(f"{v} categorical columns are planned for catboost, which encodes them itself; for "
+                             f"{library.value}, one-hot encode them and give density (the stored fraction)")  # fmt: skip
+        if features is not None and v > features:
+            raise ValueError(f"{v} is more than the job's {features} features")
+        return v
 
     @field_validator("density")
     @classmethod

@@ -120,6 +120,10 @@ class TabularRate:
     prep_ns_per_cell: float | None = None  # once per fit, per stored cell: binning (DMatrix / Dataset construction)
     thread_overhead_us_per_node: float | None = None  # per tree node and thread beyond the first (synchronisation)
     gpu_fixed_us_per_step: float | None = None  # gpu: per level (depth-wise, symmetric) or split (leaf-wise) per round
+    # CatBoost: the work of categorical columns (ordered target statistics, their combinations) beyond numeric ones,
+    # in this row's cells per training row per tree: once for any categorical column, and per categorical column
+    categorical_cells_per_row_tree: float | None = None
+    categorical_cells_per_column_row_tree: float | None = None
 
     @property
     def has_terms(self) -> bool:
@@ -413,6 +417,8 @@ def _build_rate(row: dict[str, str]) -> TabularRate:
         **{key: _opt_float(row, key) for key in _TERM_COLUMNS},
         thread_overhead_us_per_node=_opt_float(row, "thread_overhead_us_per_node"),
         gpu_fixed_us_per_step=_opt_float(row, "gpu_fixed_us_per_step"),
+        categorical_cells_per_row_tree=_opt_float(row, "categorical_cells_per_row_tree"),
+        categorical_cells_per_column_row_tree=_opt_float(row, "categorical_cells_per_column_row_tree"),
     )
 
 

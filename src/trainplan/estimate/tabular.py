@@ -90,6 +90,22 @@ def oblivious_cells(*, rows: int, features: int, depth: int, trees: int, classes
     return rows * features * depth * trees * classes
 
 
+def categorical_cells(job: TabularJob, rate: TabularRate | None, *, rows: int, rounds: int) -> float:
+    """CatBoost's work for the job's categorical columns beyond what as many numeric columns cost, in the rate's
+    cells: ordered target statistics computed on permutations of the rows for each categorical column, and for the
+    combinations of categorical columns the growing trees choose (Prokhorenkova et al. 2018, Sec. 3.2-3.3; CatBoost
+    docs, "Transforming categorical features to numerical features").  Measured per training row and tree as a part
+    for any categorical column plus a part per column (``benchmarks/tabular_catboost_categorical.py``;
+    tabular_rates.csv).  Zero without categorical columns."""
+    if not job.categorical_features:
+        return 0.0
+    if rate is None or rate.categorical_cells_per_row_tree is None or rate.categorical_cells_per_column_row_tree is None:
+        raise CatalogError(f"tabular_rates.csv has no categorical-column rate for {job.library.value} "
+                           f"({'no rate' if rate is None else rate.device}): categorical_features cannot be priced")  # fmt: skip
+    per_row_tree = rate.categorical_cells_per_row_tree + rate.categorical_cells_per_column_row_tree * job.categorical_features
+    return rows * rounds * per_row_tree
+
+
 def forest_cells(*, rows: int, features: int, depth: int, trees: int) -> float:
     """Sort-based split search on √features candidates per level."""
     mtry = max(1, round(math.sqrt(features)))
@@ -197,7 +213,8 @@ def work_cells(job: TabularJob, *, rows: int | None = None, rounds: int | None =
     rounds = rounds_per_fit(job) if rounds is None else rounds
     classes = gradient_dims(job)
     if job.library is TabularLibrary.CATBOOST:
-        return oblivious_cells(rows=rows, features=job.features, depth=effective_depth(job), trees=rounds, classes=classes)
+        cells = oblivious_cells(rows=rows, features=job.features, depth=effective_depth(job), trees=rounds, classes=classes)
+        return cells + categorical_cells(job, rate, rows=rows, rounds=rounds)
     if job.library in GBDT:
         if rate is not None and rate.has_terms:
             return sum(work_terms(job, rate, rows=rows, rounds=rounds).values())
@@ -379,7 +396,7 @@ def estimate_tabular(job: TabularJob, hw: Hardware, catalog: Catalog, *, ns_per_
     gpu_fixed_s = 0.0
     if hw.accelerator is not None and reason is None:
         rate = _rate(catalog, job.library, "gpu")
-        cells = work_cells(job)  # histogram cells of the stored values: the GPU rate's unit
+        cells = work_cells(job, rate=rate)  # histogram cells of the stored values: the GPU rate's unit
         ns = ns_per_cell if ns_per_cell is not None else rate.ns_per_cell * (rate.ref_mem_bandwidth_gb_s or 1) / hw.accelerator.mem_bandwidth_gb_s
         fit_s = cells * ns * 1e-9 / gpus  # several GPUs: each builds the histograms of its share of the rows
         # launches and synchronisations per level / split, whatever the rows (benchmarks/tabular_gpu_fixed.py)
