@@ -525,14 +525,20 @@ def sharding_buffer_bytes(strategy: Strategy, *, largest_block_params: float, wo
     if strategy.engine is Engine.FSDP and xla:
         return compute_bytes * largest_block_params * (3 if strategy.shards_parameters else 1)
     if strategy.engine is Engine.FSDP:
-        reduce = compute_bytes if reduce_bytes is None else reduce_bytes
-        gradients = largest_block_params * trainable_fraction * (compute_bytes + reduce)
-        if not strategy.shards_parameters:
-            return gradients
-        forward = 3 * compute_bytes * largest_block_params
-        backward = 2 * compute_bytes * largest_block_params + gradients
-        return max(forward, backward)
+        _, gradients, full_shard = _fsdp_block_bytes(largest_block_params, compute_bytes, trainable_fraction, reduce_bytes)
+        return full_shard if strategy.shards_parameters else gradients
     return 0.0
+
+
+def _fsdp_block_bytes(block_params: float, compute_bytes: float, trainable_fraction: float,
+                      reduce_bytes: float | None) -> tuple[float, float, float]:  # fmt: skip
+    """One block in the dtype it computes in; its gradient side in backward (its trainable part's unsharded gradients
+    in ``compute_bytes`` and the previous block's held reduce-scatter input in ``reduce_bytes``); and what full-shard
+    FSDP2 holds allocated at the larger of forward (3 blocks) and backward (2 blocks + the gradient side)."""
+    reduce = compute_bytes if reduce_bytes is None else reduce_bytes
+    block = compute_bytes * block_params
+    gradients = block_params * trainable_fraction * (compute_bytes + reduce)
+    return block, gradients, max(3 * block, 2 * block + gradients)
 
 
 def fsdp_stream_pool_bytes(strategy: Strategy, *, largest_block_params: float, world_size: int,
@@ -552,13 +558,9 @@ def fsdp_stream_pool_bytes(strategy: Strategy, *, largest_block_params: float, w
         return 0.0, 0.0
     if world_size <= 1 and not strategy.offloads_optimizer:
         return 0.0, 0.0
-    reduce = compute_bytes if reduce_bytes is None else reduce_bytes
-    pool = 2 * compute_bytes * largest_block_params
-    default_stream = compute_bytes * largest_block_params + largest_block_params * trainable_fraction * (compute_bytes + reduce)
-    allocated = sharding_buffer_bytes(strategy, largest_block_params=largest_block_params, world_size=world_size,
-                                      compute_bytes=compute_bytes, trainable_fraction=trainable_fraction,
-                                      reduce_bytes=reduce_bytes)  # fmt: skip
-    return pool, max(0.0, default_stream + pool - allocated)
+    block, gradients, allocated = _fsdp_block_bytes(largest_block_params, compute_bytes, trainable_fraction, reduce_bytes)
+    pool = 2 * block
+    return pool, max(0.0, block + gradients + pool - allocated)
 
 
 def optimizer_foreach_temporary_bytes(trainable_params: float, optimizer: Optimizer) -> float:
