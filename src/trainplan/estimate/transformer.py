@@ -136,7 +136,13 @@ def _layer_bytes(job: TransformerJob, arch: ModelArch, k: Knobs, ffn_hidden: int
 
 def layer_split(job: TransformerJob, arch: ModelArch, k: Knobs, ffn_hidden: int) -> tuple[float, float]:
     """One block's activations as (outside, inside) the tensor-parallel regions (``memory.layer_activation_bytes``);
-    MLA's latents and Gemma's extra norms are full-width and stay outside."""
+    MLA's latents and Gemma's extra norms are full-width and stay outside.  Under a PyTorch selective-checkpointing
+    policy a block keeps its matmul outputs instead (:func:`_selective_split`)."""
+    extra = job.seq_len * job.micro_batch * (mla_latent_bytes_per_token(arch, job.precision) + block_norm_extra_bytes_per_token(
+        arch, job.precision, trainable=job.lora_spec is None))
+    if _keeps_matmul_outputs(job, k):
+        replicated, sharded = _selective_split(job, arch, k, ffn_hidden)
+        return replicated + extra, sharded
     split: list[tuple[float, float]] = []
     layer_activation_bytes(
         seq_len=job.seq_len,
@@ -161,9 +167,7 @@ def layer_split(job: TransformerJob, arch: ModelArch, k: Knobs, ffn_hidden: int)
         down_proj_keeps_input=job.lora_spec is None or "down_proj" in arch_mod.lora_targets(arch, job.lora_spec),
         split=split,
     )
-    replicated, sharded = split[0] if not _keeps_matmul_outputs(job, k) else _selective_split(job, arch, k, ffn_hidden)
-    extra = job.seq_len * job.micro_batch * (mla_latent_bytes_per_token(arch, job.precision) + block_norm_extra_bytes_per_token(
-        arch, job.precision, trainable=job.lora_spec is None))
+    replicated, sharded = split[0]
     return replicated + extra, sharded
 
 
