@@ -187,6 +187,25 @@ def test_catboost_takes_the_first_columns_as_categories(tmp_path) -> None:
         assert model.get_cat_feature_indices() == [0, 1]
 
 
+def test_categorical_columns_of_a_file_must_be_categories(tmp_path) -> None:
+    """A file's first categorical_features columns are taken as category codes: text or integers pass, a column of
+    fractional numbers (it would be truncated) and more categorical columns than the file has are refused in one line."""
+    from trainplan.errors import SpecError
+    from trainplan.run.workloads.tabular import inspect_data
+
+    path = tmp_path / "t.csv"
+    path.write_text("city,size,price,y\nparis,3,1.5,0\nrome,2,2.25,1\nparis,4,0.5,1\n")
+    base = {**TABULAR_JOB, "library": "catboost", "data": str(path), "target": "y", "features": 3}
+    assert inspect_data(parse_job({**base, "categorical_features": 2})).features == 3  # text, then integer codes
+    with pytest.raises(SpecError) as err:
+        inspect_data(parse_job({**base, "categorical_features": 3}))  # price: 1.5, 2.25, 0.5
+    assert err.value.field == "categorical_features" and "\n" not in str(err.value)
+    assert "feature column 3 of t.csv holds non-integer numbers" in str(err.value)
+    with pytest.raises(SpecError) as err:
+        inspect_data(parse_job({**base, "features": 4, "categorical_features": 4}))
+    assert "4 categorical columns, but t.csv has 3 feature columns" in str(err.value)
+
+
 @pytest.mark.parametrize("objective,classes", [("binary", 2), ("multiclass", 3), ("regression", 2)])
 def test_catboost_trains_what_the_job_says_and_stops_on_sigterm(tmp_path, objective, classes) -> None:
     """CatBoost fits every round the job asks for with the job's depth and borders, saves a model CatBoost loads,

@@ -165,6 +165,7 @@ def inspect_data(job: TabularJob) -> DataShape:
                         field="density")  # fmt: skip
     if data.startswith("sklearn:"):
         X, y = _load_sklearn(_sklearn_name(data))
+        _check_categorical(job, [np.asarray(X)[:, c] for c in range(min(job.categorical_features, X.shape[1]))], X.shape[1], data)
         return DataShape(X.shape[0], X.shape[1], _check_target(job, y, data))
     path = _table_path(job)
     columns = _columns(path)
@@ -175,7 +176,30 @@ def inspect_data(job: TabularJob) -> DataShape:
     if len(columns) < 2:
         raise SpecError(f"{path.name} has no feature columns besides {job.target!r}", field="data")
     y = _read_column(path, job.target)
+    features = [c for c in columns if c != job.target]
+    _check_categorical(job, [_read_column(path, c) for c in features[: job.categorical_features]], len(features), path.name)
     return DataShape(len(y), len(columns) - 1, _check_target(job, y, path.name))
+
+
+def _check_categorical(job: TabularJob, first_columns: list[Any], features: int, source: str) -> None:
+    """The first ``categorical_features`` columns become CatBoost category codes (text is coded, numbers are taken
+    as codes): refuse what would be truncated instead — fewer columns than that, or a column of non-integer numbers."""
+    k = job.categorical_features
+    if not k:
+        return
+    if k > features:
+        raise SpecError(f"{k} categorical columns, but {source} has {features} feature columns", field="categorical_features")
+    import pandas as pd
+
+    for i, col in enumerate(first_columns):
+        values = pd.Series(col)
+        if not pd.api.types.is_numeric_dtype(values):
+            continue  # text labels: coded as categories
+        numbers = values.dropna().to_numpy(dtype=np.float64)
+        if not np.all(numbers == np.floor(numbers)):
+            raise SpecError(f"feature column {i + 1} of {source} holds non-integer numbers; the first {k} feature "
+                            "columns are taken as categories (text or integer codes): put the categorical columns first",
+                            field="categorical_features")  # fmt: skip
 
 
 def _sparse_table(job: TabularJob) -> tuple[Any, np.ndarray]:
