@@ -61,6 +61,12 @@ def test_each_stack_says_which_selective_it_runs() -> None:
     with pytest.raises(SpecError) as err:
         job(knobs={"selective_recompute": "some"})
     assert "selective_recompute" in f"{err.value.field} {err.value}"
+    # a traced torch model keeps what the trace's own policy keeps: the knob is refused there, not ignored
+    torch_job = parse_job({"kind": "torch", "model": "resnet-50", "micro_batch": 1, "steps": 1,
+                           "knobs": {"selective_recompute": "attention-core"}})  # fmt: skip
+    with pytest.raises(SpecError) as err:
+        effective_knobs(torch_job, CAT)
+    assert err.value.field == "knobs.selective_recompute"
 
 
 def test_activations_order_none_attention_core_matmuls_alternate_full() -> None:
