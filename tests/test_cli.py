@@ -308,6 +308,27 @@ def test_plan_reads_in_80_columns(capsys) -> None:
     assert "w/g/o/a/ovh GiB" in wide and "kg CO2e" in wide
 
 
+def test_plan_marks_stay_whole_in_80_columns(capsys) -> None:
+    """In 80 columns with long option names the marks go on their own line under the option, word for word; an
+    option on AMD GPUs is marked ROCm (trainplan renders the run, a ROCm build of PyTorch must run it)."""
+    code, out, err = run(capsys, "plan", REF, "--top", "15")
+    assert code == 0, err
+    table = out.split("Time/cost front")[0]
+    assert max(map(len, table.splitlines())) <= 80
+    full = run_json(capsys, "plan", REF, "--json")["options"]
+    lines = table.splitlines()[2:]
+    for k, line in enumerate(lines):
+        if not line.strip()[:1].isdigit():
+            continue
+        option = full[int(line.split()[0]) - 1]
+        below = lines[k + 1] if k + 1 < len(lines) and not lines[k + 1].strip()[:1].isdigit() else ""
+        marks = (line.split(f"${option['cost_usd']:,.2f}")[-1] + " " + below).split()
+        amd = get_catalog().accelerators[option["accelerator"]].vendor == "amd"
+        assert ("ROCm" in marks) == amd, line
+        assert all(m in {"cheapest", "fastest", "pareto", "measured", "borderline", "ROCm", "strategy", "strategies"}
+                   or m.startswith("+") for m in marks), (line, below)  # every word whole, none cut
+
+
 def test_plan_xgboost_json(capsys) -> None:
     out = run_json(capsys, "plan", XGB, "--json")
     assert out["options"]

@@ -58,7 +58,7 @@ def plan_command(
         return
     console = Console(width=None if Console().is_terminal else (160 if wide else 80))
     console.print(plan_table(plan, top=top, title=f"{job.name}: {len(plan.options)} options fit, ranked by {plan.objective.value}",
-                             wide=wide, all_strategies=all_strategies))  # fmt: skip
+                             wide=wide, all_strategies=all_strategies, width=console.width))  # fmt: skip
     console.print(tradeoff_text(plan))
     if plan.unowned:
         console.print(unowned_text(plan, top=3))

@@ -69,50 +69,66 @@ def shown_options(plan: Plan, top: int, *, all_strategies: bool) -> list[tuple[i
     return rows
 
 
-def plan_table(plan: Plan, *, top: int, title: str, wide: bool = True, all_strategies: bool = True) -> Table:
-    """Ranked options with memory split, time and cost, and the cheapest/fastest/Pareto marks.
+def _marks(plan: Plan, i: int, e: Estimate, folded: int) -> str:
+    marks = []
+    if e is plan.cheapest:
+        marks.append("cheapest")
+    if e is plan.fastest:
+        marks.append("fastest")
+    if i in plan.pareto:
+        marks.append("pareto")
+    if e.calibrated:
+        marks.append("measured")
+    if e.borderline:
+        marks.append("borderline")
+    if e.hardware.accelerator is not None and e.hardware.accelerator.vendor == "amd":
+        marks.append("ROCm")  # runs on a ROCm build of PyTorch, untested by trainplan (launch says what it needs)
+    if folded:
+        marks.append(f"+{folded} strateg{'y' if folded == 1 else 'ies'}")
+    return " ".join(marks)
+
+
+def plan_table(plan: Plan, *, top: int, title: str, wide: bool = True, all_strategies: bool = True,
+               width: int = 80) -> Table:  # fmt: skip
+    """Ranked options with memory split, time and cost, and the cheapest/fastest/Pareto/ROCm marks.
 
     Narrow (``wide=False``, what ``plan`` prints unless ``--wide``): rank, option, strategy, GiB per device, time,
-    cost and marks — the option name and the cost never cut, so it reads in an 80-column terminal.
+    cost and marks — the option name, the cost and every mark whole, so it reads in ``width`` columns (80 for a
+    pipe): the marks take a column when at least 15 columns are left beside the others, else a line of their own
+    under the option.
     """
     t = Table(title=title, title_justify="left", header_style="bold", box=None if not wide else box.HEAVY_HEAD,
               pad_edge=wide, collapse_padding=not wide)  # fmt: skip
-    names = [e.hardware.label for _, e, _ in shown_options(plan, top, all_strategies=all_strategies)]
-    columns = [("#", "right"), ("option", "left"), ("devices", "left"), ("strategy", "left"), ("GiB/dev", "right"),
-               ("w/g/o/a/ovh GiB", "right"), ("step", "right"), ("time", "right"), ("cost", "right"),
-               ("kWh", "right"), ("kg CO2e", "right"), ("", "left")]  # fmt: skip
-    narrow = {"#", "option", "strategy", "GiB/dev", "time", "cost", ""}
-    for col, just in columns:
-        if not wide and col not in narrow:
-            continue
-        whole = col in ("option", "cost", "time", "#", "strategy", "GiB/dev")
-        t.add_column(col, justify=just, no_wrap=whole,  # type: ignore[arg-type]
-                     min_width=max(map(len, names), default=6) if col == "option" else None,
-                     overflow="fold")
-    cheapest, fastest = plan.cheapest, plan.fastest
+    rows = []
     for i, e, folded in shown_options(plan, top, all_strategies=all_strategies):
         m = e.memory
-        marks = []
-        if e is cheapest:
-            marks.append("cheapest")
-        if e is fastest:
-            marks.append("fastest")
-        if i in plan.pareto:
-            marks.append("pareto")
-        if e.calibrated:
-            marks.append("measured")
-        if e.borderline:
-            marks.append("borderline")
-        if folded:
-            marks.append(f"+{folded} strateg{'y' if folded == 1 else 'ies'}")
         split = "/".join(f"{x / GIB:.1f}" for x in (m.weights, m.gradients, m.optimizer, m.activations, m.overhead))
-        cells = {
+        rows.append({
             "#": str(i + 1), "option": e.hardware.label, "devices": _devices(e), "strategy": e.setup,
             "GiB/dev": f"{m.peak / GIB:.1f}/{e.capacity_gib:.0f}", "w/g/o/a/ovh GiB": split,
             "step": _step(e.step_time_s), "time": _hours(e.hours), "cost": _money(e.cost_usd), "kWh": _kwh(e),
-            "kg CO2e": _co2(e), "": " ".join(marks),
-        }  # fmt: skip
-        t.add_row(*(cells[str(c.header)] for c in t.columns))
+            "kg CO2e": _co2(e), "": _marks(plan, i, e, folded),
+        })  # fmt: skip
+    columns = [("#", "right"), ("option", "left"), ("devices", "left"), ("strategy", "left"), ("GiB/dev", "right"),
+               ("w/g/o/a/ovh GiB", "right"), ("step", "right"), ("time", "right"), ("cost", "right"),
+               ("kWh", "right"), ("kg CO2e", "right"), ("", "left")]  # fmt: skip
+    narrow = ("#", "option", "strategy", "GiB/dev", "time", "cost")
+    marks_beside = wide
+    if not wide:  # the widest cell of each column plus one space between columns
+        used = sum(max(len(c), *(len(r[c]) for r in rows)) + 1 for c in narrow) if rows else 0
+        room = width - used - 1
+        marks_beside = room >= min(15, max((len(r[""]) for r in rows), default=0))
+        if not marks_beside:  # the marks go under the option name, indented
+            for r in rows:
+                r["option"] += f"\n  {r['']}" if r[""] else ""
+    for col, just in columns:
+        if not wide and col not in narrow and not (col == "" and marks_beside):
+            continue
+        whole = col in ("option", "cost", "time", "#", "strategy", "GiB/dev")
+        t.add_column(col, justify=just, no_wrap=whole, overflow="fold",  # type: ignore[arg-type]
+                     min_width=max((len(r["option"].split("\n")[0]) for r in rows), default=6) if col == "option" else None)
+    for r in rows:
+        t.add_row(*(r[str(c.header)] for c in t.columns))
     unknown = sorted({e.energy.note for e in plan.options[:top] if e.energy and e.energy.kwh is None and e.energy.note})
     if unknown and wide:  # say why a kWh reads "?" (a TPU without a published board power, say)
         t.caption = "kWh ?: " + "; ".join(unknown)
