@@ -29,6 +29,9 @@ FROZEN4_SHA256 = "e707b0b815572bd14c0fa0c2a93442d6c4b70eb45c1a784f404b5750921017
 # the fifth set: collected 2026-12-05 after FSDP2's buffer lifetimes were read, committed before it was looked at
 HELDOUT5 = HELDOUT.with_name("published_heldout5.yaml")
 FROZEN5_SHA256 = "d4449f359454a52194fd05930ea886764d188befb5bda144eb89af589fbd590d"
+# the sixth set: collected 2026-12-05 (session 8) after the selective-recompute change, committed before it was looked at
+HELDOUT6 = HELDOUT.with_name("published_heldout6.yaml")
+FROZEN6_SHA256 = "3b9f97ad4300272885da6bb7f119ef2a8b84bb2d0978bf09eb359b6f9c35c0af"
 IN_SAMPLE = ("published_llm.yaml", "published_stacks.yaml")
 
 
@@ -38,12 +41,13 @@ def test_the_heldout_files_are_the_frozen_ones() -> None:
     assert hashlib.sha256(HELDOUT3.read_bytes()).hexdigest() == FROZEN3_SHA256
     assert hashlib.sha256(HELDOUT4.read_bytes()).hexdigest() == FROZEN4_SHA256
     assert hashlib.sha256(HELDOUT5.read_bytes()).hexdigest() == FROZEN5_SHA256
+    assert hashlib.sha256(HELDOUT6.read_bytes()).hexdigest() == FROZEN6_SHA256
 
 
 def test_the_later_sets_are_usable_and_new() -> None:
-    sets = (HELDOUT, HELDOUT2, HELDOUT3, HELDOUT4, HELDOUT5)
-    first, second, third, fourth, fifth = (yaml.safe_load(p.read_text()) for p in sets)
-    ids = [r["id"] for r in (*first, *second, *third, *fourth, *fifth)]
+    sets = (HELDOUT, HELDOUT2, HELDOUT3, HELDOUT4, HELDOUT5, HELDOUT6)
+    first, second, third, fourth, fifth, sixth = (yaml.safe_load(p.read_text()) for p in sets)
+    ids = [r["id"] for r in (*first, *second, *third, *fourth, *fifth, *sixth)]
     assert len(ids) == len(set(ids))
     for rec in fifth:  # every record stateable: the assembly wrote catalog GPUs and knobs before any prediction
         assert rec["source"] and rec["notes"] and record_to_job(rec) is not None, rec["id"]
@@ -51,6 +55,15 @@ def test_the_later_sets_are_usable_and_new() -> None:
     in_sample_text = "".join((HELDOUT.parent / n).read_text() for n in IN_SAMPLE)
     for source in ("torchao/float8/README.md", "torchtitan/pull/165"):  # the fifth set's two sources are new
         assert source not in in_sample_text and any(source in str(r["source"]) for r in fifth)
+    for rec in sixth:  # every record stateable (the assembly's rules), its figure a peak
+        assert rec["source"] and rec["notes"] and record_to_job(rec) is not None, rec["id"]
+        assert any(k.startswith("peak_memory") for k in rec["measured"]), rec["id"]
+    earlier = in_sample_text + "".join(p.read_text() for p in sets[:5])
+    for source in ("ColossalAI-Pytorch-lightning", "crusoecloud/torchtitan", "llama3_8b_h200_2025-06", "ms-swift"):
+        assert any(source in str(r["source"]) for r in sixth), source  # the sixth set's documents
+    for source in ("ColossalAI-Pytorch-lightning", "crusoecloud/torchtitan", "llama3_8b_h200_2025-06",
+                   "examples/train/long_text", "examples/train/flash_attention_3"):
+        assert source not in earlier, source  # none used before
     for rec in fourth:  # kept whole, the configurations trainplan cannot express included (reported as not modelled)
         assert rec["source"] and rec["notes"] and rec["measured"], rec["id"]
         assert rec["measured"].get("fits") is False or rec["measured"].get("peak_memory_gib"), rec["id"]
