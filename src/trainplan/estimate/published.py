@@ -152,6 +152,8 @@ def compare(rec: dict[str, Any], catalog: Catalog | None = None) -> Comparison |
     peak = m.get("peak_memory_gib")
     if peak is None and m.get("peak_memory_gb"):
         peak = m["peak_memory_gb"] * 1e9 / GIB
+    if peak is None and m.get("peak_memory_mib"):  # the figure as a source printed it in MiB
+        peak = m["peak_memory_mib"] / 1024
     # compare like with like: what the source read (allocated, reserved, or the whole device as nvidia-smi shows)
     kind = rec.get("memory_kind", "unknown")
     predicted = {"allocated": e.memory.allocated, "reserved": e.memory.reserved}.get(kind, e.memory.peak)
