@@ -95,6 +95,7 @@ _GPU_PATTERNS: tuple[tuple[str, float | None, str], ...] = (
     (r"\bH100\b.*\bNVL\b", None, "H100-NVL"),  # "NVIDIA H100 NVL"
     (r"\bH100\b.*\bPCIe\b", None, "H100-PCIe"),  # "NVIDIA H100 PCIe"
     (r"\bH100\b", None, "H100-80GB"),  # "NVIDIA H100 80GB HBM3" (SXM)
+    (r"\bGB200\b", None, "GB200"),  # "NVIDIA GB200" (before B200: the name contains it)
     (r"\bB200\b", None, "B200"),
     (r"\bMI325X\b", None, "MI325X"),  # ROCm: "AMD Instinct MI325X"
     (r"\bMI300X\b", None, "MI300X"),
