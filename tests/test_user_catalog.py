@@ -54,11 +54,13 @@ def test_a_users_node_at_their_price_is_planned_and_wins_where_it_should(tmp_pat
 
 
 def test_a_negotiated_price_overrides_the_built_in_row(tmp_path: Path, capsys, monkeypatch) -> None:
-    p5 = next(line for line in (DATA_DIR / "instances.csv").read_text().splitlines() if line.startswith("aws,p5.48xlarge,"))
+    lines = (DATA_DIR / "instances.csv").read_text().splitlines()
+    p5 = next(line for line in lines if line.startswith("aws,p5.48xlarge,"))
     cells = p5.split(",")
     cells[10] = "24.00"  # price_usd_per_h
     home = tmp_path / "home"
-    _write(home / "catalog", instances=f"{HEADER}\n{','.join(cells)}")
+    # the built-in header with the row copied from the built-in file (its optional scale_up_gpus column included)
+    _write(home / "catalog", instances=f"{lines[0]}\n{','.join(cells)}")
     monkeypatch.setenv("TRAINPLAN_HOME", str(home))  # $TRAINPLAN_HOME/catalog is read without --catalog
     cat = get_catalog()
     row = next(i for i in cat.instances if i.name == "p5.48xlarge")
