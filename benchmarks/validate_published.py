@@ -27,6 +27,7 @@ HELDOUT3 = DATA.with_name("published_heldout3.yaml")  # third set: frozen after 
 HELDOUT4 = DATA.with_name("published_heldout4.yaml")  # fourth set: frozen 2026-12-05 before it was looked at
 HELDOUT5 = DATA.with_name("published_heldout5.yaml")  # fifth set: frozen 2026-12-05 after FSDP2's lifetimes were read
 HELDOUT6 = DATA.with_name("published_heldout6.yaml")  # sixth set: frozen 2026-12-05 after the selective-recompute change
+HELDOUT7 = DATA.with_name("published_heldout7.yaml")  # seventh set: frozen 2026-12-05 after the sixth set's look
 
 
 def main() -> None:
@@ -85,7 +86,9 @@ def main() -> None:
                "so it is in-sample for that change: docs/benchmarks.md)", args.all)
     frozen_set(HELDOUT5, "FIFTH SET (frozen 2026-12-05 after FSDP2's buffer lifetimes were read; in-sample since the selective-\n"
                "recompute change fb8f227 was chosen with it)", args.all)
-    frozen_set(HELDOUT6, "SIXTH SET, HELD OUT (frozen 2026-12-05 after the selective-recompute change; no change may be chosen by it)", args.all)
+    frozen_set(HELDOUT6, "SIXTH SET (frozen 2026-12-05 after the selective-recompute change; looked at once, then it led to\n"
+               "reading a torchtitan record's selective checkpointing as torchtitan's policy: in-sample for that)", args.all)
+    frozen_set(HELDOUT7, "SEVENTH SET, HELD OUT (frozen 2026-12-05 before that rule landed; no change may be chosen by it)", args.all)
 
 
 def frozen_set(path: Path, label: str, show_all: bool) -> None:
