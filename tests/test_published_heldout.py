@@ -121,3 +121,18 @@ def test_a_peak_printed_in_mib_is_compared() -> None:
     assert set(rec["measured"]) == {"peak_memory_mib"}
     c = compare(rec, get_catalog())
     assert c is not None and c.measured_peak_gib == rec["measured"]["peak_memory_mib"] / 1024
+
+
+def test_a_torchtitan_record_is_read_with_torchtitans_selective_policy() -> None:
+    """A record that ran torchtitan with selective checkpointing is estimated with torchtitan's policy (every other
+    matmul's output kept), unless it states its own; other records keep their stack's."""
+    from trainplan.estimate.published import record_to_job
+    from trainplan.spec import SelectiveRecompute
+
+    rec = next(r for r in yaml.safe_load(HELDOUT6.read_text()) if r["id"].startswith("datacrunch-torchtitan"))
+    assert rec["activation_checkpointing"] == "selective" and rec["stack"] == "plain"
+    assert record_to_job(rec).knobs.selective_recompute is SelectiveRecompute.ALTERNATE_MATMULS
+    stated = dict(rec, knobs={**rec.get("knobs", {}), "selective_recompute": "matmul-outputs"})
+    assert record_to_job(stated).knobs.selective_recompute is SelectiveRecompute.MATMUL_OUTPUTS
+    other = dict(rec, framework="accelerate FSDP")
+    assert record_to_job(other).knobs.selective_recompute is None  # the stack's default decides

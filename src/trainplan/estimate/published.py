@@ -92,6 +92,20 @@ def record_flash_attention(rec: dict[str, Any]) -> bool | None:
     return None
 
 
+def framework_knobs(rec: dict[str, Any]) -> dict[str, Any]:
+    """What the software a record names does, where the record's stack would say otherwise.
+
+    torchtitan's selective checkpointing (``activation_checkpoint.mode = "selective"``, option ``op``) keeps every
+    other matmul's output (``torchtitan/distributed/activation_checkpoint.py``: its policy saves an ``mm`` only on
+    alternate calls; read for fb8f227): a record whose ``framework`` is torchtitan is read with that policy unless it
+    states another.  Its stack, and so its loss, stay the record's — torchtitan before 0.3.0 computed the loss over
+    the whole up-cast logits, which is stack ``plain``'s loss, not the ``torchtitan`` stack's chunked one.
+    """
+    if "torchtitan" in str(rec.get("framework", "")).lower() and rec.get("activation_checkpointing") == "selective":
+        return {"selective_recompute": "alternate-matmuls"}
+    return {}
+
+
 def record_to_job(rec: dict[str, Any]) -> TransformerJob | None:
     """The job a published record describes, or None if trainplan does not model it (fp8, tensor parallel)."""
     if rec.get("precision", "bf16") not in SUPPORTED_PRECISIONS:
@@ -112,6 +126,7 @@ def record_to_job(rec: dict[str, Any]) -> TransformerJob | None:
         "stack": record_stack(rec),
     }
     knobs = {k: v for k, v in (rec.get("knobs") or {}).items() if k in KNOB_KEYS}
+    knobs = {**framework_knobs(rec), **knobs}
     if knobs:
         data["knobs"] = knobs
     if rec.get("global_batch"):
