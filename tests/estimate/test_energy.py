@@ -183,7 +183,7 @@ def test_grid_table_rows_are_validated(tmp_path: Path) -> None:
 
 #: GPU clouds whose PUE, host power and data-centre locations were not found published (docs/catalog.md): their
 #: energy and CO2 are unknown — None, never 0 or a borrowed figure.
-NO_DATACENTRE_FIGURES = {"lambda", "nebius", "runpod"}
+NO_DATACENTRE_FIGURES = {"lambda", "nebius", "oci", "runpod"}
 
 
 def test_every_catalog_cloud_has_data_centre_figures_or_says_it_has_none() -> None:
