@@ -92,3 +92,30 @@ def test_what_each_policy_recomputes() -> None:
     core = transformer_profile(job(knobs={"selective_recompute": "attention-core"}), CAT).flops
     assert core.recompute > 0 and core.split is not None and sel.split is not None
     assert sel.split.bytes_backward > core.split.bytes_backward  # the PyTorch policies rerun the memory-bound ops
+
+
+def test_grouped_gemm_experts_are_recomputed_under_a_pytorch_policy() -> None:
+    """Neither PyTorch policy saves torch._grouped_mm (trainplan's SELECTIVE_SAVE_OPS, torchtitan's _op_sac_save_list):
+    an MoE block keeps no routed-expert activations, one block's come back while its backward runs, and the experts'
+    forward is paid again; matmul-outputs keeps the router's logits (an mm), torchtitan force-recomputes them."""
+    from trainplan.estimate.stack import Knobs
+    from trainplan.estimate.transformer import block_activation_bytes, kept_routed_expert_bytes, routed_expert_bytes
+    from trainplan.spec import Stack
+
+    moe = job(model="qwen3-30b-a3b", micro_batch=2)
+    arch = resolve_transformer(moe, CAT).arch
+    tokens = 8192 * 2
+    for policy, router in ((SelectiveRecompute.MATMUL_OUTPUTS, 2.0 * tokens * arch.moe.experts),
+                           (SelectiveRecompute.ALTERNATE_MATMULS, 0.0)):
+        k = Knobs(stack=Stack.PLAIN, selective_recompute=policy)
+        assert kept_routed_expert_bytes(moe, arch, k) == router
+        kept = block_activation_bytes(moe, arch, k)
+        everything = Knobs(stack=Stack.PLAIN, selective_recompute=SelectiveRecompute.ATTENTION_CORE)
+        # one layer's routed experts are in the transient, not 48 layers' worth
+        assert kept < block_activation_bytes(moe, arch, everything)
+        assert kept > routed_expert_bytes(moe, arch)
+        params = selective_recomputed_params(moe, arch, k)
+        per_expert = 3 * arch.hidden * arch.moe.expert_ffn_hidden
+        assert params >= arch.moe.top_k * per_expert * arch.moe_layers
+    none = job("none", model="qwen3-30b-a3b", micro_batch=2)
+    assert kept_routed_expert_bytes(none, arch, Knobs(stack=Stack.PLAIN)) == routed_expert_bytes(none, arch)

@@ -216,6 +216,22 @@ def routed_expert_bytes(job: TransformerJob, arch: ModelArch) -> float:
     return tokens * (m.top_k * (per_routed + 12) + 4 * m.experts + 4)
 
 
+def kept_routed_expert_bytes(job: TransformerJob, arch: ModelArch, k: Knobs) -> float:
+    """What one MoE layer's router and routed experts keep for backward: all of :func:`routed_expert_bytes`, except
+    under a PyTorch selective-checkpointing policy, which saves only the ops on its list — ``mm`` and the attention
+    kernels (trainplan's own ``estimate/trace/checkpointing.SELECTIVE_SAVE_OPS``; torchtitan's ``_op_sac_save_list``
+    in ``models/*/parallelize.py``) — and not ``torch._grouped_mm``, which runs the experts: they are recomputed from
+    the block's input.  The router's gate is an ``mm``: ``matmul-outputs`` keeps its logits (e per expert per token);
+    torchtitan force-recomputes it (``per_op_sac_force_recompute_mm_shapes_by_fqns``, default ``["moe.router.gate"]``)."""
+    if arch.moe is None:
+        return 0.0
+    if not _keeps_matmul_outputs(job, k):
+        return routed_expert_bytes(job, arch)
+    if k.selective_recompute is SelectiveRecompute.MATMUL_OUTPUTS:
+        return job.seq_len * job.micro_batch * job.precision.compute_bytes * arch.moe.experts
+    return 0.0
+
+
 def block_activation_bytes(job: TransformerJob, arch: ModelArch, knobs: Knobs | None = None) -> float:
     """Activations all transformer blocks keep for backward, for one micro-batch."""
     k = knobs or Knobs(stack=job.stack)
@@ -223,15 +239,20 @@ def block_activation_bytes(job: TransformerJob, arch: ModelArch, knobs: Knobs | 
     if arch.moe is None:
         per_layer, total = dense, arch.blocks * dense
     else:
-        moe = _layer_bytes(job, arch, k, arch.moe.shared_ffn_hidden) + routed_expert_bytes(job, arch)
+        moe = _layer_bytes(job, arch, k, arch.moe.shared_ffn_hidden) + kept_routed_expert_bytes(job, arch, k)
         moe_blocks = arch.moe_layers + arch.mtp_layers
         per_layer = max(moe, dense if arch.dense_mlp_layers else 0.0)
         total = arch.dense_mlp_layers * dense + moe_blocks * moe
     if _keeps_matmul_outputs(job, k):
         # PyTorch selective checkpointing: what each block keeps, plus one block's recomputed rest while its
-        # backward runs (as full checkpointing holds one whole block)
+        # backward runs (as full checkpointing holds one whole block) — an MoE block's with its routed experts
         whole = job.model_copy(update={"activation_checkpointing": Checkpointing.NONE})
-        return total + max(0.0, _layer_bytes(whole, arch, k, arch.ffn_hidden) - dense)
+        rest = _layer_bytes(whole, arch, k, arch.ffn_hidden) - dense
+        if arch.moe is not None and arch.moe_layers:
+            whole_moe = _layer_bytes(whole, arch, k, arch.moe.shared_ffn_hidden) + routed_expert_bytes(job, arch)
+            rest = max(rest, whole_moe - (_layer_bytes(job, arch, k, arch.moe.shared_ffn_hidden)
+                                          + kept_routed_expert_bytes(job, arch, k)))
+        return total + max(0.0, rest)
     if job.activation_checkpointing is Checkpointing.FULL:
         return checkpointed_activation_bytes(
             layers=arch.blocks + arch.mtp_layers,
@@ -275,14 +296,20 @@ def selective_recomputed_params(job: TransformerJob, arch: ModelArch, k: Knobs) 
     """Weights of the block matmuls a PyTorch selective-checkpointing policy recomputes (None: not such a policy).
 
     ``alternate-matmuls`` recomputes the 2nd, 4th, 6th … matmul of each block (memory.selective_saved_bytes_per_token):
-    k, the output projection and up in a SwiGLU Llama block.  An MoE block's routed experts are grouped GEMMs, not counted by that policy's matmul count: not recomputed."""
+    k, the output projection and up in a SwiGLU Llama block.  An MoE block's routed experts are grouped GEMMs, which
+    neither policy saves (:func:`kept_routed_expert_bytes`): every token's top-k experts run again, the weights of
+    top_k experts per routed layer."""
     if not _keeps_matmul_outputs(job, k):
         return None
+    experts = 0.0
+    if arch.moe is not None:
+        per_expert = sum(i * o for _, i, o in arch_mod.expert_tensor_shapes(arch).values())
+        experts = float(arch.moe.top_k * per_expert * (arch.moe_layers + arch.mtp_layers))
     if k.selective_recompute is SelectiveRecompute.MATMUL_OUTPUTS:
-        return 0.0
+        return experts
     f = arch.moe.shared_ffn_hidden if arch.moe is not None else arch.ffn_hidden
     per_block = sum(fan_in * fan_out for _, fan_in, fan_out, _ in _block_matmuls(job, arch, f)[1::2])
-    return float(per_block * (arch.blocks + arch.mtp_layers))
+    return float(per_block * (arch.blocks + arch.mtp_layers)) + experts
 
 
 def _keeps_matmul_outputs(job: TransformerJob, k: Knobs) -> bool:
@@ -399,7 +426,7 @@ def model_split(job: TransformerJob, m: TransformerModel, knobs: Knobs) -> Model
     moe_sharded, expert = sharded, 0.0
     if arch.moe is not None:
         _, moe_sharded = layer_split(job, arch, knobs, arch.moe.shared_ffn_hidden)
-        expert = routed_expert_bytes(job, arch)
+        expert = kept_routed_expert_bytes(job, arch, knobs)
     tokens, e = job.seq_len * job.micro_batch, job.precision.compute_bytes
     head = head_activation_bytes(job, arch, knobs)
     head_replicated = tokens * (norm_saved_bytes_per_token(arch.hidden, arch.norm, job.precision, compiled=knobs.compile)
