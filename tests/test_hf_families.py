@@ -245,6 +245,51 @@ def test_routed_expert_activations_match_autograd(trainable: bool) -> None:
     assert sum(saved.values()) == routed_expert_bytes(job, arch) + router_input + offsets
 
 
+@pytest.mark.parametrize("trainable", [True, False], ids=["experts-train", "experts-frozen"])
+@pytest.mark.parametrize("shape", [(64, 48, 4, 2), (128, 96, 8, 3)], ids=["small", "wider"])
+def test_gpt_oss_experts_keep_what_autograd_saves(trainable: bool, shape: tuple[int, int, int, int]) -> None:
+    """gpt-oss's clamped SwiGLU experts and its top-k-then-softmax router (transformers ``GptOssMLP``, bf16, CPU,
+    grouped GEMM): what autograd saves equals ``routed_expert_bytes`` for a model read from a gpt_oss config, plus
+    the block input the router keeps when it trains and grouped GEMM's int32 offsets."""
+    import torch
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssMLP
+
+    from trainplan.estimate.transformer import routed_expert_bytes
+    from trainplan.spec import parse_job
+
+    torch.manual_seed(0)
+    h, f, experts, k = shape
+    seq, batch = 32, 2
+    cfg = transformers.AutoConfig.for_model("gpt_oss", hidden_size=h, intermediate_size=f, num_local_experts=experts,
+                                            num_experts_per_tok=k, num_attention_heads=4, num_key_value_heads=2,
+                                            head_dim=16)  # fmt: skip
+    cfg._experts_implementation = "grouped_mm"
+    block = GptOssMLP(cfg).to(torch.bfloat16)
+    for p in block.parameters():
+        p.requires_grad_(trainable)
+    params = {p.untyped_storage().data_ptr() for p in block.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.untyped_storage().data_ptr() not in params:
+            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    x = torch.randn(batch, seq, h, dtype=torch.bfloat16, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        block(x)
+    arch = arch_from_hf_config({"model_type": "gpt_oss", "hidden_size": h, "intermediate_size": f,
+                                "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                                "head_dim": 16, "num_local_experts": experts, "num_experts_per_tok": k,
+                                "vocab_size": 100, "sliding_window": 8})  # fmt: skip
+    assert arch.moe is not None and arch.moe.clamped_swiglu
+    job = parse_job({"name": "t", "kind": "transformer", "model": arch.model_dump(exclude_none=True), "seq_len": seq,
+                     "micro_batch": batch, "precision": "bf16", "tokens": 1e6,
+                     **({} if trainable else {"method": "lora"})})  # fmt: skip
+    router_input = batch * seq * h * 2 if trainable else 0
+    assert sum(saved.values()) == routed_expert_bytes(job, arch) + router_input + 4 * experts
+
+
 def test_the_cross_check_count_is_kept_for_the_next_plan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRAINPLAN_HOME", str(tmp_path))
     cfg = {"model_type": "olmoe", **TINY, "num_experts": 8, "num_experts_per_tok": 2}

@@ -342,7 +342,7 @@ def _read_gpt_oss(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str
     if experts is None:
         raise ConfigRefused(f"{mt} config lacks num_local_experts")
     out["moe"] = MoE(experts=experts, top_k=_first(cfg, "num_experts_per_tok", "experts_per_token", default=4),
-                     expert_ffn_hidden=f, router_bias=True, expert_bias=True)  # fmt: skip
+                     expert_ffn_hidden=f, router_bias=True, expert_bias=True, clamped_swiglu=True)  # fmt: skip
     out.update(_sliding(cfg, mt, out["layers"], _alternate))
     return out, COMMON_KEYS | {"attention_bias", "num_local_experts", "num_experts", "num_experts_per_tok",
                                "experts_per_token", "sliding_window", "layer_types"}  # fmt: skip

@@ -53,6 +53,9 @@ class MoE(BaseModel):
     shared_gate: bool = False  # Qwen2-MoE: sigmoid(Linear(h, 1)) scales the shared expert's output
     router_bias: bool = False  # gpt-oss: the router Linear has a bias
     expert_bias: bool = False  # gpt-oss: every expert projection has a bias
+    # gpt-oss: the experts' SwiGLU clamps gate and up (swiglu_limit) and gates with sigmoid(alpha·gate) times (up + 1),
+    # which keeps more intermediates for backward than SiLU(gate)·up (transformers GptOssExperts._apply_gate)
+    clamped_swiglu: bool = False
     dense_layers: tuple[Annotated[int, Field(ge=0)], ...] = ()  # indices of the layers that keep a dense MLP
 
     @model_validator(mode="after")

@@ -204,11 +204,21 @@ def routed_expert_bytes(job: TransformerJob, arch: ModelArch) -> float:
     cannot dispatch) keeps one e·h more per routed token.  Without expert parallelism every routed token lives on
     the one device, so the total is exact at top_k × tokens whatever the routing imbalance (dropless routing: no
     capacity factor).
+
+    gpt-oss's clamped SwiGLU (``MoE.clamped_swiglu``; transformers ``GptOssExperts``: gate and up clamped at
+    ``swiglu_limit``, ``gate * sigmoid(alpha * gate) * (up + 1)``, biases on both projections) keeps, per routed
+    token, 2e·h + 7e·f + 44 bytes with the experts training and e·h + 6e·f + 36 frozen, and its router (a top-k,
+    then a softmax over the k chosen logits) nothing per expert: measured to the byte with saved-tensor hooks on
+    transformers' ``GptOssMLP`` (``tests/test_hf_families.py``).
     """
     if arch.moe is None:
         return 0.0
     m, e, h = arch.moe, job.precision.compute_bytes, arch.hidden
     tokens = job.seq_len * job.micro_batch
+    if m.clamped_swiglu:
+        f = m.expert_ffn_hidden
+        per_routed = (2 * e * h + 7 * e * f + 44) if job.lora_spec is None else (e * h + 6 * e * f + 36)
+        return tokens * m.top_k * per_routed
     if job.lora_spec is None:
         per_routed = 2 * e * h + 4 * e * m.expert_ffn_hidden + 28
     else:
