@@ -204,24 +204,22 @@ def test_a_moe_config_plans_with_every_expert_in_memory(tmp_path: Path) -> None:
     assert not est.fits
 
 
-@pytest.mark.parametrize("trainable", [True, False], ids=["experts-train", "experts-frozen"])
-def test_routed_expert_activations_match_autograd(trainable: bool) -> None:
-    """What transformers' Mixtral block saves for backward (saved-tensor hooks, bf16, CPU, its default grouped-GEMM
-    experts) against ``routed_expert_bytes`` plus the block input the router keeps when it trains; parameters
-    are not activations."""
+def _moe_block_saved_and_expected(model_type: str, block_cls: object, h: int, f: int, experts: int, k: int,
+                                  trainable: bool, **extra: object) -> tuple[int, float]:
+    """(bytes autograd saves for one forward of transformers' MoE block on a bf16 CPU batch — parameters are not
+    activations — , what trainplan counts: ``routed_expert_bytes`` of the model read from the same config, plus the
+    block input the router keeps when it trains and grouped GEMM's int32 group offsets)."""
     import torch
-    from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
 
     from trainplan.estimate.transformer import routed_expert_bytes
-    from trainplan.model import ModelArch, MoE
     from trainplan.spec import parse_job
 
     torch.manual_seed(0)
-    h, f, experts, k, seq, batch = 64, 48, 4, 2, 32, 2
-    cfg = transformers.AutoConfig.for_model("mixtral", hidden_size=h, intermediate_size=f, num_local_experts=experts,
-                                            num_experts_per_tok=k)  # fmt: skip
+    seq, batch = 32, 2
+    hf = {"hidden_size": h, "intermediate_size": f, "num_local_experts": experts, "num_experts_per_tok": k, **extra}
+    cfg = transformers.AutoConfig.for_model(model_type, **hf)
     cfg._experts_implementation = "grouped_mm"  # what from_pretrained / from_config choose where it can dispatch
-    block = MixtralSparseMoeBlock(cfg).to(torch.bfloat16)
+    block = block_cls(cfg).to(torch.bfloat16)  # type: ignore[operator]
     for p in block.parameters():
         p.requires_grad_(trainable)
     params = {p.untyped_storage().data_ptr() for p in block.parameters()}
@@ -235,59 +233,36 @@ def test_routed_expert_activations_match_autograd(trainable: bool) -> None:
     x = torch.randn(batch, seq, h, dtype=torch.bfloat16, requires_grad=True)
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         block(x)
-    arch = ModelArch(layers=1, hidden=h, heads=4, ffn_hidden=f, vocab=10,
-                     moe=MoE(experts=experts, top_k=k, expert_ffn_hidden=f))  # fmt: skip
+    arch = arch_from_hf_config({"model_type": model_type, "num_hidden_layers": 2, "num_attention_heads": 4,
+                                "num_key_value_heads": 2, "vocab_size": 100, **hf})  # fmt: skip
     job = parse_job({"name": "t", "kind": "transformer", "model": arch.model_dump(exclude_none=True), "seq_len": seq,
                      "micro_batch": batch, "precision": "bf16", "tokens": 1e6,
                      **({} if trainable else {"method": "lora"})})  # fmt: skip
     router_input = batch * seq * h * 2 if trainable else 0  # a frozen router keeps no input
-    offsets = 4 * experts  # grouped_mm's int32 group offsets
-    assert sum(saved.values()) == routed_expert_bytes(job, arch) + router_input + offsets
+    return sum(saved.values()), routed_expert_bytes(job, arch) + router_input + 4 * experts
+
+
+@pytest.mark.parametrize("trainable", [True, False], ids=["experts-train", "experts-frozen"])
+def test_routed_expert_activations_match_autograd(trainable: bool) -> None:
+    """What transformers' Mixtral block (its default grouped-GEMM experts) saves for backward equals trainplan's
+    count, experts training and frozen."""
+    from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
+
+    saved, expected = _moe_block_saved_and_expected("mixtral", MixtralSparseMoeBlock, 64, 48, 4, 2, trainable)
+    assert saved == expected
 
 
 @pytest.mark.parametrize("trainable", [True, False], ids=["experts-train", "experts-frozen"])
 @pytest.mark.parametrize("shape", [(64, 48, 4, 2), (128, 96, 8, 3)], ids=["small", "wider"])
 def test_gpt_oss_experts_keep_what_autograd_saves(trainable: bool, shape: tuple[int, int, int, int]) -> None:
-    """gpt-oss's clamped SwiGLU experts and its top-k-then-softmax router (transformers ``GptOssMLP``, bf16, CPU,
-    grouped GEMM): what autograd saves equals ``routed_expert_bytes`` for a model read from a gpt_oss config, plus
-    the block input the router keeps when it trains and grouped GEMM's int32 offsets."""
-    import torch
+    """gpt-oss's clamped SwiGLU experts and its top-k-then-softmax router (transformers ``GptOssMLP``): what autograd
+    saves equals trainplan's count (``MoE.clamped_swiglu``, set for a gpt_oss config) at two shapes."""
     from transformers.models.gpt_oss.modeling_gpt_oss import GptOssMLP
 
-    from trainplan.estimate.transformer import routed_expert_bytes
-    from trainplan.spec import parse_job
-
-    torch.manual_seed(0)
-    h, f, experts, k = shape
-    seq, batch = 32, 2
-    cfg = transformers.AutoConfig.for_model("gpt_oss", hidden_size=h, intermediate_size=f, num_local_experts=experts,
-                                            num_experts_per_tok=k, num_attention_heads=4, num_key_value_heads=2,
-                                            head_dim=16)  # fmt: skip
-    cfg._experts_implementation = "grouped_mm"
-    block = GptOssMLP(cfg).to(torch.bfloat16)
-    for p in block.parameters():
-        p.requires_grad_(trainable)
-    params = {p.untyped_storage().data_ptr() for p in block.parameters()}
-    saved: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        if t.untyped_storage().data_ptr() not in params:
-            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
-
-    x = torch.randn(batch, seq, h, dtype=torch.bfloat16, requires_grad=True)
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        block(x)
-    arch = arch_from_hf_config({"model_type": "gpt_oss", "hidden_size": h, "intermediate_size": f,
-                                "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-                                "head_dim": 16, "num_local_experts": experts, "num_experts_per_tok": k,
-                                "vocab_size": 100, "sliding_window": 8})  # fmt: skip
-    assert arch.moe is not None and arch.moe.clamped_swiglu
-    job = parse_job({"name": "t", "kind": "transformer", "model": arch.model_dump(exclude_none=True), "seq_len": seq,
-                     "micro_batch": batch, "precision": "bf16", "tokens": 1e6,
-                     **({} if trainable else {"method": "lora"})})  # fmt: skip
-    router_input = batch * seq * h * 2 if trainable else 0
-    assert sum(saved.values()) == routed_expert_bytes(job, arch) + router_input + 4 * experts
+    assert arch_from_hf_config({"model_type": "gpt_oss", **TINY, "num_local_experts": 4}).moe.clamped_swiglu
+    saved, expected = _moe_block_saved_and_expected("gpt_oss", GptOssMLP, *shape, trainable, head_dim=16,
+                                                    sliding_window=8)  # fmt: skip
+    assert saved == expected
 
 
 def test_the_cross_check_count_is_kept_for_the_next_plan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
