@@ -35,3 +35,25 @@ def test_an_amd_option_says_the_nodes_need_a_rocm_build(tmp_path: Path) -> None:
     assert not any("ROCm" in n for n in plain.notes)
     # the same launch otherwise: torchrun over the node's 8 GPUs, NCCL (RCCL on ROCm)
     assert amd.placement.procs_per_node == 8 and "--nproc-per-node=8" in " ".join(rendered.commands[0].argv)
+
+
+def test_a_tabular_option_on_amd_gpus_names_amds_rocm_build_and_catboost_is_refused(tmp_path: Path) -> None:
+    """XGBoost and LightGBM have AMD's ROCm ports (amd_xgboost / amd_lightgbm); the launch says to install them.
+    CatBoost's GPU trainer has none: the planner rejects it on an AMD GPU with the reason, NVIDIA GPUs still fit."""
+    from trainplan.catalog import get_catalog
+    from trainplan.estimate.hardware import hardware_for_gpu
+    from trainplan.estimate.tabular import tabular_reason
+    from trainplan.spec import parse_job
+
+    job = example_path("xgboost-10m.yaml")
+    plan, rendered = render_to(job, "dask", tmp_path / "xgb", instance="runpod:8x_MI300X_SECURE")
+    rocm = [n for n in rendered.notes if "AMD GPU" in n]
+    assert len(rocm) == 1 and "amd_xgboost" in rocm[0] and "PyTorch" not in rocm[0]
+    cat = get_catalog()
+    mi300x = hardware_for_gpu(cat.accelerators["MI300X"], cat, gpus=1)
+    a100 = hardware_for_gpu(cat.accelerators["A100-80GB"], cat, gpus=1)
+    for library, refused in (("catboost", True), ("lightgbm", False), ("xgboost", False)):
+        tab = parse_job({"kind": "tabular", "name": "t", "library": library, "rows": 1_000_000, "features": 20})
+        why = tabular_reason(tab, mi300x)
+        assert (why is not None and "ROCm" in why.text) is refused, library
+        assert tabular_reason(tab, a100) is None

@@ -44,6 +44,10 @@ GPU_LIBRARIES = (TabularLibrary.XGBOOST, TabularLibrary.LIGHTGBM, TabularLibrary
 # one model over several GPUs of a node: xgboost.dask, one worker per GPU (XGBoost docs "Distributed XGBoost with
 # Dask", GPU section: one worker per GPU with dask_cuda's LocalCUDACluster)
 MULTI_GPU_LIBRARIES = (TabularLibrary.XGBOOST,)
+# GPU trainers with a ROCm build for AMD Instinct GPUs: AMD's ports in its ROCm Finance toolkit, pip packages
+# amd_xgboost and amd_lightgbm from pypi.amd.com (rocm.docs.amd.com/projects/xgboost and /lightgbm, "Install with
+# pip", 2026); CatBoost's GPU trainer has none that was found
+ROCM_LIBRARIES = (TabularLibrary.XGBOOST, TabularLibrary.LIGHTGBM)
 # one model over several CPU machines, data parallel: xgboost.dask and LightGBM's Dask estimators (one worker a node)
 MULTI_NODE_LIBRARIES = (TabularLibrary.XGBOOST, TabularLibrary.LIGHTGBM)
 #: CPU machines a multi-node tabular option is planned on, at most: LightGBM's published data-parallel run stops at 16
@@ -382,6 +386,9 @@ def tabular_reason(job: TabularJob, hw: Hardware) -> Rejection | None:
             ))
         if job.library not in GPU_LIBRARIES:
             return Rejection(RejectKind.PLATFORM, f"{job.library.value} has no GPU implementation; use a CPU instance")
+        if hw.accelerator.vendor == "amd" and job.library not in ROCM_LIBRARIES:
+            return Rejection(RejectKind.PLATFORM, f"{job.library.value}'s GPU trainer is built for CUDA only; no ROCm "
+                                                  "build of it was found for AMD GPUs — use an NVIDIA GPU or a CPU")  # fmt: skip
     return None
 
 

@@ -67,6 +67,11 @@ def rocm_note(plan: LaunchPlan) -> str | None:
     acc = get_catalog().accelerators.get(gpu) if gpu else None
     if acc is None or acc.vendor != "amd":
         return None
+    if plan.is_tabular:  # estimate/tabular.ROCM_LIBRARIES: AMD's ROCm ports, pip packages from its own index
+        return (f"{gpu} is an AMD GPU: install AMD's ROCm build of {plan.job.library.value} on the nodes before "
+                f"trainplan (pip install amd_{plan.job.library.value} --extra-index-url "
+                "https://pypi.amd.com/<rocm-version>/simple, rocm.docs.amd.com ROCm Finance); it keeps the "
+                "device='cuda' interface, and has not been run by trainplan's tests")
     return (f"{gpu} is an AMD GPU: install a ROCm build of PyTorch on the nodes before trainplan (PyTorch's ROCm "
             "wheels or AMD's PyTorch container; pip's default torch is the CUDA build). The run takes the same "
             "torch.cuda and nccl (RCCL) paths; it has not been run on ROCm by trainplan's tests, and DeepSpeed's ops "
