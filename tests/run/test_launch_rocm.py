@@ -57,3 +57,20 @@ def test_a_tabular_option_on_amd_gpus_names_amds_rocm_build_and_catboost_is_refu
         why = tabular_reason(tab, mi300x)
         assert (why is not None and "ROCm" in why.text) is refused, library
         assert tabular_reason(tab, a100) is None
+
+
+def test_the_rocm_note_names_the_framework_the_job_runs() -> None:
+    """PyTorch jobs need PyTorch's ROCm build, Keras jobs TensorFlow's (tensorflow-rocm), tabular jobs AMD's port of
+    their library; an NVIDIA GPU gets no note."""
+    from types import SimpleNamespace
+
+    from trainplan.run.targets import rocm_note
+
+    def note(kind: str, gpu: str = "MI300X", library: str = "xgboost") -> str | None:
+        job = SimpleNamespace(kind=SimpleNamespace(value=kind), library=SimpleNamespace(value=library))
+        return rocm_note(SimpleNamespace(placement=SimpleNamespace(gpu=gpu), job=job, is_tabular=kind == "tabular"))
+
+    assert "ROCm build of PyTorch" in note("transformer") and "ROCm build of PyTorch" in note("torch")
+    assert "tensorflow-rocm" in note("keras") and "PyTorch" not in note("keras")
+    assert "amd_lightgbm" in note("tabular", library="lightgbm")
+    assert note("transformer", gpu="H100-80GB") is None and note("keras", gpu="A100-80GB") is None

@@ -67,6 +67,9 @@ def rocm_note(plan: LaunchPlan) -> str | None:
     acc = get_catalog().accelerators.get(gpu) if gpu else None
     if acc is None or acc.vendor != "amd":
         return None
+    if plan.job.kind.value == "keras":  # TensorFlow's ROCm build is its own package (AMD's tensorflow-rocm wheels)
+        return (f"{gpu} is an AMD GPU: install TensorFlow's ROCm build (tensorflow-rocm) on the nodes before trainplan; "
+                "pip's default tensorflow is the CUDA build. It has not been run by trainplan's tests")
     if plan.is_tabular:  # estimate/tabular.ROCM_LIBRARIES: AMD's ROCm ports, pip packages from its own index
         return (f"{gpu} is an AMD GPU: install AMD's ROCm build of {plan.job.library.value} on the nodes before "
                 f"trainplan (pip install amd_{plan.job.library.value} --extra-index-url "
