@@ -165,6 +165,9 @@ class StackKnobs(BaseModel):
     fp8_all_gather: bool | None = None
     # activation_checkpointing: selective — which outputs a checkpointed block keeps (SelectiveRecompute)
     selective_recompute: SelectiveRecompute | None = None
+    # MoE: the routed experts' outputs are combined by a bmm over an fp32 copy of them (torchtitan's MoE), which keeps
+    # that copy for backward instead of the 16-bit outputs transformers' routing-weight product keeps
+    moe_fp32_combine: bool | None = None
 
 
 class TabularLibrary(str, Enum):

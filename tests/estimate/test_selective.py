@@ -119,3 +119,19 @@ def test_grouped_gemm_experts_are_recomputed_under_a_pytorch_policy() -> None:
         assert params >= arch.moe.top_k * per_expert * arch.moe_layers
     none = job("none", model="qwen3-30b-a3b", micro_batch=2)
     assert kept_routed_expert_bytes(none, arch, Knobs(stack=Stack.PLAIN)) == routed_expert_bytes(none, arch)
+
+
+def test_torchtitans_moe_keeps_an_fp32_copy_of_the_routed_outputs() -> None:
+    """knobs.moe_fp32_combine (the torchtitan stack's default): torchtitan combines the experts' outputs with a bmm
+    over their fp32 copy, kept for backward (4·h a routed token) where transformers keeps the 16-bit output (e·h)."""
+    from trainplan.estimate.transformer import routed_expert_bytes
+
+    moe = job("none", model="qwen3-30b-a3b")
+    arch = resolve_transformer(moe, CAT).arch
+    titan = job("none", model="qwen3-30b-a3b", stack="torchtitan")
+    assert effective_knobs(titan, CAT).moe_fp32_combine and not effective_knobs(moe, CAT).moe_fp32_combine
+    delta = routed_expert_bytes(moe, arch, fp32_combine=True) - routed_expert_bytes(moe, arch)
+    assert delta == 8192 * arch.moe.top_k * (4 - 2) * arch.hidden
+    with pytest.raises(SpecError, match="knobs.moe_fp32_combine"):
+        effective_knobs(parse_job({"kind": "torch", "model": "tests.torch_models:mlp", "inputs": [{"shape": [8]}],
+                                   "micro_batch": 1, "steps": 1, "knobs": {"moe_fp32_combine": True}}), CAT)

@@ -22,7 +22,7 @@ from trainplan.strategies import Engine
 KNOB_NAMES = ("loss", "loss_chunks", "loss_chunk_tokens", "compile", "optimizer_in_backward", "activation_offloading",
               "fused_optimizer", "paged_optimizer", "unsharded_accumulation", "frozen_weight_gradients",
               "frozen_weights_fp32", "loss_upcast", "fused_kernels", "qlora_fp32_params", "tf32_matmul", "fp8_all_gather",
-              "selective_recompute")  # fmt: skip
+              "selective_recompute", "moe_fp32_combine")  # fmt: skip
 _ENUMS = (LossImpl, FusedKernels, SelectiveRecompute)
 
 
@@ -47,6 +47,7 @@ class Knobs:
     tf32_matmul: bool = False  # fp32 matmuls on TF32 tensor cores (off in PyTorch by default)
     fp8_all_gather: bool = False  # precision fp8 under FSDP: the float8 linears' weights all-gathered in FP8
     selective_recompute: SelectiveRecompute = SelectiveRecompute.ATTENTION_CORE  # what `selective` keeps
+    moe_fp32_combine: bool = False  # MoE experts' outputs combined over an fp32 copy (torchtitan)
     engines: tuple[Engine, ...] = (Engine.TORCH, Engine.FSDP, Engine.DEEPSPEED)
     notes: tuple[str, ...] = ()  # which explicit knob overrode which stack default
 
@@ -89,7 +90,8 @@ def effective_knobs(job: TorchJob | TransformerJob, catalog: Catalog) -> Knobs:
     if isinstance(job, TorchJob) and "loss" in explicit:
         raise SpecError("applies to language-model (kind: transformer) jobs; a torch job's loss is its `loss:` function",
                         field="knobs.loss")  # fmt: skip
-    for key in ("frozen_weights_fp32", "loss_upcast", "fused_kernels", "qlora_fp32_params", "selective_recompute"):
+    for key in ("frozen_weights_fp32", "loss_upcast", "fused_kernels", "qlora_fp32_params", "selective_recompute",
+                "moe_fp32_combine"):
         if isinstance(job, TorchJob) and key in explicit:
             raise SpecError("applies to language-model (kind: transformer) jobs; a traced model keeps what its own code "
                             "keeps", field=f"knobs.{key}")  # fmt: skip
@@ -116,6 +118,7 @@ def effective_knobs(job: TorchJob | TransformerJob, catalog: Catalog) -> Knobs:
         tf32_matmul=bool(merged.get("tf32_matmul", False)),
         fp8_all_gather=bool(merged.get("fp8_all_gather", False)),
         selective_recompute=SelectiveRecompute(merged.get("selective_recompute", "attention-core")),
+        moe_fp32_combine=bool(merged.get("moe_fp32_combine", False)),
         engines=tuple(Engine(e) for e in entry.get("engines", [e.value for e in Engine])),
         notes=tuple(notes),
     )

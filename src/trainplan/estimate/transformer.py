@@ -188,7 +188,7 @@ def block_norm_extra_bytes_per_token(arch: ModelArch, precision: Precision, *, t
     return extra * norm_saved_bytes_per_token(arch.hidden, arch.norm, precision, weight_trainable=trainable) if extra else 0.0
 
 
-def routed_expert_bytes(job: TransformerJob, arch: ModelArch) -> float:
+def routed_expert_bytes(job: TransformerJob, arch: ModelArch, *, fp32_combine: bool = False) -> float:
     """Activations of one MoE layer's router and routed experts, for one micro-batch (beyond the layer's input).
 
     transformers 5 runs the experts as grouped GEMMs over the tokens sorted by expert
@@ -210,17 +210,22 @@ def routed_expert_bytes(job: TransformerJob, arch: ModelArch) -> float:
     token, 2e·h + 7e·f + 44 bytes with the experts training and e·h + 6e·f + 36 frozen, and its router (a top-k,
     then a softmax over the k chosen logits) nothing per expert: measured to the byte with saved-tensor hooks on
     transformers' ``GptOssMLP`` (``tests/test_hf_families.py``).
+
+    ``fp32_combine`` (``knobs.moe_fp32_combine``, the torchtitan stack's): torchtitan's ``MoE.forward`` combines the
+    experts' outputs with ``torch.bmm(top_scores, routed_output_unsorted.float())``, and bmm keeps its operands: an
+    fp32 copy of every routed output (4·h) where transformers' routing-weight product keeps the 16-bit one (e·h).
     """
     if arch.moe is None:
         return 0.0
     m, e, h = arch.moe, job.precision.compute_bytes, arch.hidden
     tokens = job.seq_len * job.micro_batch
+    combine = (4 - e) * h if fp32_combine and job.lora_spec is None else 0.0
     if m.clamped_swiglu:
         f = m.expert_ffn_hidden
         per_routed = (2 * e * h + 7 * e * f + 44) if job.lora_spec is None else (e * h + 6 * e * f + 36)
-        return tokens * m.top_k * per_routed
+        return tokens * m.top_k * (per_routed + combine)
     if job.lora_spec is None:
-        per_routed = 2 * e * h + 4 * e * m.expert_ffn_hidden + 28
+        per_routed = 2 * e * h + 4 * e * m.expert_ffn_hidden + 28 + combine
     else:
         per_routed = e * h + 3 * e * m.expert_ffn_hidden + 28
     return tokens * (m.top_k * (per_routed + 12) + 4 * m.experts + 4)
@@ -236,7 +241,7 @@ def kept_routed_expert_bytes(job: TransformerJob, arch: ModelArch, k: Knobs) -> 
     if arch.moe is None:
         return 0.0
     if not _keeps_matmul_outputs(job, k):
-        return routed_expert_bytes(job, arch)
+        return routed_expert_bytes(job, arch, fp32_combine=k.moe_fp32_combine)
     if k.selective_recompute is SelectiveRecompute.MATMUL_OUTPUTS:
         return job.seq_len * job.micro_batch * job.precision.compute_bytes * arch.moe.experts
     return 0.0
@@ -259,7 +264,8 @@ def block_activation_bytes(job: TransformerJob, arch: ModelArch, knobs: Knobs | 
         whole = job.model_copy(update={"activation_checkpointing": Checkpointing.NONE})
         rest = _layer_bytes(whole, arch, k, arch.ffn_hidden) - dense
         if arch.moe is not None and arch.moe_layers:
-            whole_moe = _layer_bytes(whole, arch, k, arch.moe.shared_ffn_hidden) + routed_expert_bytes(job, arch)
+            whole_moe = (_layer_bytes(whole, arch, k, arch.moe.shared_ffn_hidden)
+                         + routed_expert_bytes(job, arch, fp32_combine=k.moe_fp32_combine))
             rest = max(rest, whole_moe - (_layer_bytes(job, arch, k, arch.moe.shared_ffn_hidden)
                                           + kept_routed_expert_bytes(job, arch, k)))
         return total + max(0.0, rest)
