@@ -57,8 +57,12 @@ def test_the_later_sets_are_usable_and_new() -> None:
         assert rec["source"] and rec["notes"] and record_to_job(rec) is not None, rec["id"]
         assert rec["measured"].get("peak_memory_gib"), rec["id"]
     in_sample_text = "".join((HELDOUT.parent / n).read_text() for n in IN_SAMPLE)
-    for source in ("torchao/float8/README.md", "torchtitan/pull/165"):  # the fifth set's two sources are new
-        assert source not in in_sample_text and any(source in str(r["source"]) for r in fifth)
+    # the fifth set's two sources are new for memory: no in-sample memory record cites them (published_llm.yaml holds
+    # torchao's throughput of the same runs since session 8, a metric the set does not carry)
+    in_sample_memory = " ".join(str(r["source"]) for n in IN_SAMPLE for r in yaml.safe_load((HELDOUT.parent / n).read_text())
+                                if any(k.startswith("peak_memory") for k in r.get("measured", {})))
+    for source in ("torchao/float8/README.md", "torchtitan/pull/165"):
+        assert source not in in_sample_memory and any(source in str(r["source"]) for r in fifth)
     for rec in sixth:  # every record stateable (the assembly's rules), its figure a peak
         assert rec["source"] and rec["notes"] and record_to_job(rec) is not None, rec["id"]
         assert any(k.startswith("peak_memory") for k in rec["measured"]), rec["id"]
