@@ -28,6 +28,7 @@ HELDOUT4 = DATA.with_name("published_heldout4.yaml")  # fourth set: frozen 2026-
 HELDOUT5 = DATA.with_name("published_heldout5.yaml")  # fifth set: frozen 2026-12-05 after FSDP2's lifetimes were read
 HELDOUT6 = DATA.with_name("published_heldout6.yaml")  # sixth set: frozen 2026-12-05 after the selective-recompute change
 HELDOUT7 = DATA.with_name("published_heldout7.yaml")  # seventh set: frozen 2026-12-05 after the sixth set's look
+HELDOUT8 = DATA.with_name("published_heldout8.yaml")  # eighth set: frozen 2026-12-05 after the seventh set's changes
 
 
 def main() -> None:
@@ -90,6 +91,7 @@ def main() -> None:
                "reading a torchtitan record's selective checkpointing as torchtitan's policy: in-sample for that)", args.all)
     frozen_set(HELDOUT7, "SEVENTH SET (frozen 2026-12-05 before that rule landed; looked at once, at 24.0%, then it led to\n"
                "counting grouped-GEMM experts as recomputed under PyTorch selective policies: in-sample for that)", args.all)
+    frozen_set(HELDOUT8, "EIGHTH SET, HELD OUT (frozen 2026-12-05 after the seventh set's changes; no change may be chosen by it)", args.all)
 
 
 def frozen_set(path: Path, label: str, show_all: bool) -> None:

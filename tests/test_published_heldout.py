@@ -35,6 +35,9 @@ FROZEN6_SHA256 = "3b9f97ad4300272885da6bb7f119ef2a8b84bb2d0978bf09eb359b6f9c35c0
 # the seventh set: collected 2026-12-05 (session 8) after the sixth set's look, committed before it was looked at
 HELDOUT7 = HELDOUT.with_name("published_heldout7.yaml")
 FROZEN7_SHA256 = "89923c3a49d91c99ef8bc7ae71ece8d18e4f5c3756b853f6114cf6b6f43b105a"
+# the eighth set: collected 2026-12-05 (session 8) after the seventh set's changes, committed before it was looked at
+HELDOUT8 = HELDOUT.with_name("published_heldout8.yaml")
+FROZEN8_SHA256 = "d712f1c44be3b91b264577efacdc2bc88bdd350484974f59f7d69888a23f7f3d"
 IN_SAMPLE = ("published_llm.yaml", "published_stacks.yaml")
 
 
@@ -46,12 +49,13 @@ def test_the_heldout_files_are_the_frozen_ones() -> None:
     assert hashlib.sha256(HELDOUT5.read_bytes()).hexdigest() == FROZEN5_SHA256
     assert hashlib.sha256(HELDOUT6.read_bytes()).hexdigest() == FROZEN6_SHA256
     assert hashlib.sha256(HELDOUT7.read_bytes()).hexdigest() == FROZEN7_SHA256
+    assert hashlib.sha256(HELDOUT8.read_bytes()).hexdigest() == FROZEN8_SHA256
 
 
 def test_the_later_sets_are_usable_and_new() -> None:
-    sets = (HELDOUT, HELDOUT2, HELDOUT3, HELDOUT4, HELDOUT5, HELDOUT6, HELDOUT7)
-    first, second, third, fourth, fifth, sixth, seventh = (yaml.safe_load(p.read_text()) for p in sets)
-    ids = [r["id"] for r in (*first, *second, *third, *fourth, *fifth, *sixth, *seventh)]
+    sets = (HELDOUT, HELDOUT2, HELDOUT3, HELDOUT4, HELDOUT5, HELDOUT6, HELDOUT7, HELDOUT8)
+    first, second, third, fourth, fifth, sixth, seventh, eighth = (yaml.safe_load(p.read_text()) for p in sets)
+    ids = [r["id"] for r in (*first, *second, *third, *fourth, *fifth, *sixth, *seventh, *eighth)]
     assert len(ids) == len(set(ids))
     for rec in fifth:  # every record stateable: the assembly wrote catalog GPUs and knobs before any prediction
         assert rec["source"] and rec["notes"] and record_to_job(rec) is not None, rec["id"]
@@ -80,6 +84,12 @@ def test_the_later_sets_are_usable_and_new() -> None:
                      for r in yaml.safe_load(p.read_text()))
     for source in ("bs_sweep_results.md", "qwen3/config_registry.py", "gpt_oss/config_registry.py", "10-training-llama-405b"):
         assert any(source in str(r["source"]) for r in seventh) and source not in cited, source
+    for rec in eighth:  # every record stateable, its figure a peak, its one document new
+        assert rec["source"] and rec["notes"] and record_to_job(rec) is not None, rec["id"]
+        assert any(k.startswith("peak_memory") for k in rec["measured"]), rec["id"]
+        assert "prime-rl" in str(rec["source"])
+    cited7 = cited + " ".join(str(r.get("source")) for r in seventh)
+    assert "prime-rl" not in cited7
     for rec in fourth:  # kept whole, the configurations trainplan cannot express included (reported as not modelled)
         assert rec["source"] and rec["notes"] and rec["measured"], rec["id"]
         assert rec["measured"].get("fits") is False or rec["measured"].get("peak_memory_gib"), rec["id"]
