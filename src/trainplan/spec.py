@@ -168,6 +168,9 @@ class StackKnobs(BaseModel):
     # MoE: the routed experts' outputs are combined by a bmm over an fp32 copy of them (torchtitan's MoE), which keeps
     # that copy for backward instead of the 16-bit outputs transformers' routing-weight product keeps
     moe_fp32_combine: bool | None = None
+    # with compile: whether the loss is compiled too (torchtune's compile_loss, torchtitan's "loss" compile component,
+    # an HF model's own loss inside its compiled forward) or runs eagerly after a compiled model (a hand-written loop)
+    compile_loss: bool | None = None
 
 
 class TabularLibrary(str, Enum):

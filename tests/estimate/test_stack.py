@@ -103,7 +103,7 @@ def test_the_stack_changes_the_peak_through_its_loss() -> None:
 def test_compile_keeps_fewer_activations() -> None:
     cat = get_catalog()
     eager = transformer_profile(_job(), cat).memory.activations
-    compiled = transformer_profile(_job(knobs={"compile": True}), cat).memory.activations
+    compiled = transformer_profile(_job(knobs={"compile": True, "compile_loss": True}), cat).memory.activations
     tokens, h, f, layers = 4096, 4096, 11008, 32
     # per block: two RMSNorms lose their fp32 copy (4 bytes × h each), the SwiGLU keeps 2 of its 4 f-wide tensors,
     # and the output projection's contiguous copy of the SDPA output is recomputed (2 bytes × h)
@@ -279,3 +279,25 @@ def test_gpt2_presets_read_like_their_config_json() -> None:
     bare = {k: v for k, v in cfg.items() if not k.endswith("pdrop") and k != "activation_function"}
     assert (arch_from_hf_config(bare).dropout, arch_from_hf_config(bare).gelu_python) == (0.1, True)
     assert arch_from_hf_config({**bare, "resid_pdrop": 0.0}).dropout == 0.0
+
+
+def test_compile_loss_says_whether_the_loss_is_compiled_with_the_model() -> None:
+    """A hand-written loop (stack plain) that compiles its model runs the loss eagerly on the returned logits, so
+    `compile: true` there keeps the up-cast loss's 12 bytes a logit; the stacks that compile the loss with the model
+    (torchtune, torchtitan, a Hugging Face model's own forward) keep the compiled loss's; the knob overrides either,
+    and without compile it is refused in one line."""
+    cat = get_catalog()
+    plain = effective_knobs(_job(knobs={"compile": True}), cat)
+    tune = effective_knobs(_job(stack="torchtune", knobs={"compile": True, "loss": "full"}), cat)
+    hf = effective_knobs(_job(stack="hf-trainer", knobs={"compile": True}), cat)
+    assert plain.compile and not plain.compile_loss
+    assert tune.compile_loss and hf.compile_loss
+    assert effective_knobs(_job(knobs={"compile": True, "compile_loss": True}), cat).compile_loss
+    assert not effective_knobs(_job(stack="torchtune"), cat).compile_loss  # no compile, no compiled loss
+    eager = transformer_profile(_job(knobs={"compile": True}))
+    compiled = transformer_profile(_job(knobs={"compile": True, "compile_loss": True}))
+    vocab_logits = 2048 * 2 * 32000
+    # the eager up-cast loss: 12 bytes a logit; compiled (one chunk): the 16-bit logits and one fp32 chunk, 2 + 4
+    assert eager.memory.activations - compiled.memory.activations == pytest.approx(vocab_logits * (12 - 6), rel=0.01)
+    with pytest.raises(SpecError, match="knobs.compile_loss"):
+        effective_knobs(_job(knobs={"compile_loss": True}), cat)

@@ -99,11 +99,17 @@ def framework_knobs(rec: dict[str, Any]) -> dict[str, Any]:
     other matmul's output (``torchtitan/distributed/activation_checkpoint.py``: its policy saves an ``mm`` only on
     alternate calls; read for fb8f227): a record whose ``framework`` is torchtitan is read with that policy unless it
     states another.  Its stack, and so its loss, stay the record's — torchtitan before 0.3.0 computed the loss over
-    the whole up-cast logits, which is stack ``plain``'s loss, not the ``torchtitan`` stack's chunked one.
+    the whole up-cast logits, which is stack ``plain``'s loss, not the ``torchtitan`` stack's chunked one — but with
+    compile on, torchtitan compiles the loss too (its compile components default to model and loss), which stack
+    ``plain`` does not assume.
     """
-    if "torchtitan" in str(rec.get("framework", "")).lower() and rec.get("activation_checkpointing") == "selective":
-        return {"selective_recompute": "alternate-matmuls"}
-    return {}
+    knobs: dict[str, Any] = {}
+    titan = "torchtitan" in str(rec.get("framework", "")).lower()
+    if titan and rec.get("activation_checkpointing") == "selective":
+        knobs["selective_recompute"] = "alternate-matmuls"
+    if titan and (rec.get("knobs") or {}).get("compile"):
+        knobs["compile_loss"] = True  # torchtitan's compile components: ["model", "loss"] by default
+    return knobs
 
 
 def record_to_job(rec: dict[str, Any]) -> TransformerJob | None:

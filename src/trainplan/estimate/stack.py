@@ -22,7 +22,7 @@ from trainplan.strategies import Engine
 KNOB_NAMES = ("loss", "loss_chunks", "loss_chunk_tokens", "compile", "optimizer_in_backward", "activation_offloading",
               "fused_optimizer", "paged_optimizer", "unsharded_accumulation", "frozen_weight_gradients",
               "frozen_weights_fp32", "loss_upcast", "fused_kernels", "qlora_fp32_params", "tf32_matmul", "fp8_all_gather",
-              "selective_recompute", "moe_fp32_combine")  # fmt: skip
+              "selective_recompute", "moe_fp32_combine", "compile_loss")  # fmt: skip
 _ENUMS = (LossImpl, FusedKernels, SelectiveRecompute)
 
 
@@ -48,6 +48,7 @@ class Knobs:
     fp8_all_gather: bool = False  # precision fp8 under FSDP: the float8 linears' weights all-gathered in FP8
     selective_recompute: SelectiveRecompute = SelectiveRecompute.ATTENTION_CORE  # what `selective` keeps
     moe_fp32_combine: bool = False  # MoE experts' outputs combined over an fp32 copy (torchtitan)
+    compile_loss: bool = False  # the loss is compiled with the model (only meaningful with compile)
     engines: tuple[Engine, ...] = (Engine.TORCH, Engine.FSDP, Engine.DEEPSPEED)
     notes: tuple[str, ...] = ()  # which explicit knob overrode which stack default
 
@@ -91,12 +92,15 @@ def effective_knobs(job: TorchJob | TransformerJob, catalog: Catalog) -> Knobs:
         raise SpecError("applies to language-model (kind: transformer) jobs; a torch job's loss is its `loss:` function",
                         field="knobs.loss")  # fmt: skip
     for key in ("frozen_weights_fp32", "loss_upcast", "fused_kernels", "qlora_fp32_params", "selective_recompute",
-                "moe_fp32_combine"):
+                "moe_fp32_combine", "compile_loss"):
         if isinstance(job, TorchJob) and key in explicit:
             raise SpecError("applies to language-model (kind: transformer) jobs; a traced model keeps what its own code "
                             "keeps", field=f"knobs.{key}")  # fmt: skip
     if merged.get("fp8_all_gather") and job.precision is not Precision.FP8:
         raise SpecError("all-gathers the float8 linears' weights in FP8: it needs precision: fp8", field="knobs.fp8_all_gather")
+    if "compile_loss" in explicit and not merged.get("compile"):
+        raise SpecError("says whether the loss is compiled with the model: it needs knobs.compile: true",
+                        field="knobs.compile_loss")  # fmt: skip
     if merged.get("paged_optimizer") and job.optimizer is not Optimizer.ADAM8BIT:
         raise SpecError("paged optimizers are bitsandbytes' 8-bit AdamW: set optimizer: adam8bit", field="knobs.paged_optimizer")
     seq_len = job.seq_len if isinstance(job, TransformerJob) else 1
@@ -119,6 +123,8 @@ def effective_knobs(job: TorchJob | TransformerJob, catalog: Catalog) -> Knobs:
         fp8_all_gather=bool(merged.get("fp8_all_gather", False)),
         selective_recompute=SelectiveRecompute(merged.get("selective_recompute", "attention-core")),
         moe_fp32_combine=bool(merged.get("moe_fp32_combine", False)),
+        # with compile on: the stack's rule (stacks.yaml), else compiled with the model
+        compile_loss=bool(merged.get("compile", False)) and bool(merged.get("compile_loss", True)),
         engines=tuple(Engine(e) for e in entry.get("engines", [e.value for e in Engine])),
         notes=tuple(notes),
     )

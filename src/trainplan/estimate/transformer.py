@@ -343,9 +343,9 @@ def head_activation_bytes(job: TransformerJob, arch: ModelArch, knobs: Knobs | N
                      + arch.hidden * job.precision.compute_bytes)  # fmt: skip
     if arch.has_lm_head:
         head += logits_bytes(seq_len=job.seq_len, micro_batch=job.micro_batch, vocab=arch.vocab, precision=job.precision,
-                             hidden=arch.hidden, loss=k.loss, chunks=k.loss_chunks, compiled=k.compile,
+                             hidden=arch.hidden, loss=k.loss, chunks=k.loss_chunks, compiled=k.compile_loss,
                              upcast=k.loss_upcast)  # fmt: skip
-        if arch.final_logit_softcap and not k.compile:
+        if arch.final_logit_softcap and not k.compile_loss:
             # Gemma 2: logits = cap · tanh(logits / cap); tanh keeps its output for backward (derivatives.yaml)
             head += tokens * arch.vocab * job.precision.compute_bytes
     return head
