@@ -15,41 +15,33 @@ import yaml
 from trainplan.catalog import get_catalog
 from trainplan.estimate.published import record_stack, record_to_job
 
-HELDOUT = Path(__file__).resolve().parent / "data" / "published_heldout.yaml"
-FROZEN_SHA256 = "e69a604d19a6938c1b944b7bad9c76ea3ca8a88109b21debf7cc0db23f928ffe"
-# the second set: frozen after the first had been looked at once (docs/validation-sources.md, section 6)
-HELDOUT2 = HELDOUT.with_name("published_heldout2.yaml")
-FROZEN2_SHA256 = "8f41ddfee6a7d7eb979ffe98cf99eab2d1fecb6876a3507e20b8eac2f74088aa"
-# the third set: frozen after every memory change of 2026-12-04; no change may be chosen by it
-HELDOUT3 = HELDOUT.with_name("published_heldout3.yaml")
-FROZEN3_SHA256 = "3b49b42a205eef1e07bf42458c32128d2cccd1759221fe939612447334541d9a"
-# the fourth set: collected 2026-12-05 and committed before it was looked at; no change may be chosen by it
-HELDOUT4 = HELDOUT.with_name("published_heldout4.yaml")
-FROZEN4_SHA256 = "e707b0b815572bd14c0fa0c2a93442d6c4b70eb45c1a784f404b575092101753"
-# the fifth set: collected 2026-12-05 after FSDP2's buffer lifetimes were read, committed before it was looked at
-HELDOUT5 = HELDOUT.with_name("published_heldout5.yaml")
-FROZEN5_SHA256 = "d4449f359454a52194fd05930ea886764d188befb5bda144eb89af589fbd590d"
-# the sixth set: collected 2026-12-05 (session 8) after the selective-recompute change, committed before it was looked at
-HELDOUT6 = HELDOUT.with_name("published_heldout6.yaml")
-FROZEN6_SHA256 = "3b9f97ad4300272885da6bb7f119ef2a8b84bb2d0978bf09eb359b6f9c35c0af"
-# the seventh set: collected 2026-12-05 (session 8) after the sixth set's look, committed before it was looked at
-HELDOUT7 = HELDOUT.with_name("published_heldout7.yaml")
-FROZEN7_SHA256 = "89923c3a49d91c99ef8bc7ae71ece8d18e4f5c3756b853f6114cf6b6f43b105a"
-# the eighth set: collected 2026-12-05 (session 8) after the seventh set's changes, committed before it was looked at
-HELDOUT8 = HELDOUT.with_name("published_heldout8.yaml")
-FROZEN8_SHA256 = "d712f1c44be3b91b264577efacdc2bc88bdd350484974f59f7d69888a23f7f3d"
+DATA = Path(__file__).resolve().parent / "data"
+# Each frozen set and the SHA-256 it was committed with, before any prediction of it (docs/validation-sources.md):
+FROZEN = {
+    # the first: chosen and committed before any change it judges
+    "published_heldout.yaml": "e69a604d19a6938c1b944b7bad9c76ea3ca8a88109b21debf7cc0db23f928ffe",
+    # the second: frozen after the first had been looked at once (docs/validation-sources.md, section 6)
+    "published_heldout2.yaml": "8f41ddfee6a7d7eb979ffe98cf99eab2d1fecb6876a3507e20b8eac2f74088aa",
+    # the third: frozen after every memory change of 2026-12-04
+    "published_heldout3.yaml": "3b49b42a205eef1e07bf42458c32128d2cccd1759221fe939612447334541d9a",
+    # the fourth: collected 2026-12-05, committed before it was looked at
+    "published_heldout4.yaml": "e707b0b815572bd14c0fa0c2a93442d6c4b70eb45c1a784f404b575092101753",
+    # the fifth: collected 2026-12-05 after FSDP2's buffer lifetimes were read
+    "published_heldout5.yaml": "d4449f359454a52194fd05930ea886764d188befb5bda144eb89af589fbd590d",
+    # the sixth: collected 2026-12-05 (session 8) after the selective-recompute change
+    "published_heldout6.yaml": "3b9f97ad4300272885da6bb7f119ef2a8b84bb2d0978bf09eb359b6f9c35c0af",
+    # the seventh: collected 2026-12-05 (session 8) after the sixth set's look
+    "published_heldout7.yaml": "89923c3a49d91c99ef8bc7ae71ece8d18e4f5c3756b853f6114cf6b6f43b105a",
+    # the eighth: collected 2026-12-05 (session 8) after the seventh set's changes
+    "published_heldout8.yaml": "d712f1c44be3b91b264577efacdc2bc88bdd350484974f59f7d69888a23f7f3d",
+}
+HELDOUT, HELDOUT2, HELDOUT3, HELDOUT4, HELDOUT5, HELDOUT6, HELDOUT7, HELDOUT8 = (DATA / name for name in FROZEN)
 IN_SAMPLE = ("published_llm.yaml", "published_stacks.yaml")
 
 
 def test_the_heldout_files_are_the_frozen_ones() -> None:
-    assert hashlib.sha256(HELDOUT.read_bytes()).hexdigest() == FROZEN_SHA256
-    assert hashlib.sha256(HELDOUT2.read_bytes()).hexdigest() == FROZEN2_SHA256
-    assert hashlib.sha256(HELDOUT3.read_bytes()).hexdigest() == FROZEN3_SHA256
-    assert hashlib.sha256(HELDOUT4.read_bytes()).hexdigest() == FROZEN4_SHA256
-    assert hashlib.sha256(HELDOUT5.read_bytes()).hexdigest() == FROZEN5_SHA256
-    assert hashlib.sha256(HELDOUT6.read_bytes()).hexdigest() == FROZEN6_SHA256
-    assert hashlib.sha256(HELDOUT7.read_bytes()).hexdigest() == FROZEN7_SHA256
-    assert hashlib.sha256(HELDOUT8.read_bytes()).hexdigest() == FROZEN8_SHA256
+    for name, sha in FROZEN.items():
+        assert hashlib.sha256((DATA / name).read_bytes()).hexdigest() == sha, name
 
 
 def test_the_later_sets_are_usable_and_new() -> None:
