@@ -263,11 +263,10 @@ def block_activation_bytes(job: TransformerJob, arch: ModelArch, knobs: Knobs | 
         # backward runs (as full checkpointing holds one whole block) — an MoE block's with its routed experts
         whole = job.model_copy(update={"activation_checkpointing": Checkpointing.NONE})
         rest = _layer_bytes(whole, arch, k, arch.ffn_hidden) - dense
-        if arch.moe is not None and arch.moe_layers:
+        if arch.moe is not None and arch.moe_layers:  # `moe` is what such a block keeps
             whole_moe = (_layer_bytes(whole, arch, k, arch.moe.shared_ffn_hidden)
                          + routed_expert_bytes(job, arch, fp32_combine=k.moe_fp32_combine))
-            rest = max(rest, whole_moe - (_layer_bytes(job, arch, k, arch.moe.shared_ffn_hidden)
-                                          + kept_routed_expert_bytes(job, arch, k)))
+            rest = max(rest, whole_moe - moe)
         return total + max(0.0, rest)
     if job.activation_checkpointing is Checkpointing.FULL:
         return checkpointed_activation_bytes(
