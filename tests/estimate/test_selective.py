@@ -135,3 +135,9 @@ def test_torchtitans_moe_keeps_an_fp32_copy_of_the_routed_outputs() -> None:
     with pytest.raises(SpecError, match="knobs.moe_fp32_combine"):
         effective_knobs(parse_job({"kind": "torch", "model": "tests.torch_models:mlp", "inputs": [{"shape": [8]}],
                                    "micro_batch": 1, "steps": 1, "knobs": {"moe_fp32_combine": True}}), CAT)
+    with pytest.raises(SpecError, match="dense") as err:  # a dense model has nothing to combine: refused, not ignored
+        resolve_transformer(parse_job({"kind": "transformer", "model": "llama-7b", "seq_len": 512, "micro_batch": 1,
+                                       "steps": 1, "knobs": {"moe_fp32_combine": True}}), CAT)
+    assert err.value.field == "knobs.moe_fp32_combine"
+    dense_titan = job("none", model="llama-7b", stack="torchtitan")  # the stack's default is not a statement
+    assert resolve_transformer(dense_titan, CAT).arch.moe is None

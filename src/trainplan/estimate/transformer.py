@@ -69,6 +69,9 @@ def resolve_transformer(job: TransformerJob, catalog: Catalog | None = None) -> 
     # a *-mixed precision plugin keeps the frozen base in fp32 and autocasts it (stacks.yaml frozen_weights_fp32);
     # PEFT's prepare_model_for_kbit_training casts QLoRA's unquantised parameters to fp32 (qlora_fp32_params)
     k = effective_knobs(job, catalog or get_catalog())
+    if job.knobs.moe_fp32_combine and arch.moe is None:
+        raise SpecError("combines routed experts' outputs in fp32: it needs a mixture-of-experts model, and this one is "
+                        "dense", field="knobs.moe_fp32_combine")  # fmt: skip
     fp32_base = (job.precision.mixed and k.frozen_weights_fp32) or (job.method is Method.QLORA and k.qlora_fp32_params)
     e16 = 4 if job.precision is Precision.FP32 or fp32_base else 2
     fp32_bytes = 0.0
