@@ -29,6 +29,7 @@ HELDOUT5 = DATA.with_name("published_heldout5.yaml")  # fifth set: frozen 2026-1
 HELDOUT6 = DATA.with_name("published_heldout6.yaml")  # sixth set: frozen 2026-12-05 after the selective-recompute change
 HELDOUT7 = DATA.with_name("published_heldout7.yaml")  # seventh set: frozen 2026-12-05 after the sixth set's look
 HELDOUT8 = DATA.with_name("published_heldout8.yaml")  # eighth set: frozen 2026-12-05 after the seventh set's changes
+HELDOUT9 = DATA.with_name("published_heldout9.yaml")  # ninth set: frozen 2026-12-05 (session 9) after the eighth's change
 
 
 def main() -> None:
@@ -93,6 +94,8 @@ def main() -> None:
                "counting grouped-GEMM experts as recomputed under PyTorch selective policies: in-sample for that)", args.all)
     frozen_set(HELDOUT8, "EIGHTH SET (frozen 2026-12-05 after the seventh set's changes; looked at once, at 39.6%, then it led to\n"
                "knobs.compile_loss, plain's loss eager after a compiled model: in-sample for that)", args.all)
+    frozen_set(HELDOUT9, "NINTH SET (frozen 2026-12-05, session 9, after every change of session 8; held out: no change may be\n"
+               "chosen by it)", args.all)
 
 
 def frozen_set(path: Path, label: str, show_all: bool) -> None:

@@ -34,8 +34,10 @@ FROZEN = {
     "published_heldout7.yaml": "89923c3a49d91c99ef8bc7ae71ece8d18e4f5c3756b853f6114cf6b6f43b105a",
     # the eighth: collected 2026-12-05 (session 8) after the seventh set's changes
     "published_heldout8.yaml": "d712f1c44be3b91b264577efacdc2bc88bdd350484974f59f7d69888a23f7f3d",
+    # the ninth: collected 2026-12-05 (session 9), the first clean judge of session 8's changes
+    "published_heldout9.yaml": "dcc65a96a86bcd96f4910f1f3f46a5174dfc55e0ff3df46f1d080e27fe98ac05",
 }
-HELDOUT, HELDOUT2, HELDOUT3, HELDOUT4, HELDOUT5, HELDOUT6, HELDOUT7, HELDOUT8 = (DATA / name for name in FROZEN)
+HELDOUT, HELDOUT2, HELDOUT3, HELDOUT4, HELDOUT5, HELDOUT6, HELDOUT7, HELDOUT8, HELDOUT9 = (DATA / name for name in FROZEN)
 IN_SAMPLE = ("published_llm.yaml", "published_stacks.yaml")
 
 
@@ -82,6 +84,12 @@ def test_the_later_sets_are_usable_and_new() -> None:
         assert "prime-rl" in str(rec["source"])
     cited7 = cited + " ".join(str(r.get("source")) for r in seventh)
     assert "prime-rl" not in cited7
+    ninth = yaml.safe_load(HELDOUT9.read_text())
+    cited8 = cited7 + " ".join(str(r.get("source")) for r in eighth)
+    assert "fms-acceleration" not in cited8 and "fms-acceleration" not in in_sample_text  # its one repository is new
+    assert len({r["id"] for r in ninth}) == len(ninth) == 20 and not {r["id"] for r in ninth} & set(ids)
+    for rec in ninth:  # every record sourced, its figure a peak
+        assert rec["source"] and rec["notes"] and any(k.startswith("peak_memory") for k in rec["measured"]), rec["id"]
     for rec in fourth:  # kept whole, the configurations trainplan cannot express included (reported as not modelled)
         assert rec["source"] and rec["notes"] and rec["measured"], rec["id"]
         assert rec["measured"].get("fits") is False or rec["measured"].get("peak_memory_gib"), rec["id"]
