@@ -139,6 +139,18 @@ class SelectiveRecompute(str, Enum):
     ALTERNATE_MATMULS = "alternate-matmuls"  # torchtitan's "op" mode: attention outputs and every other matmul's
 
 
+class RecomputeModule(str, Enum):
+    """Megatron-Core's ``recompute_modules`` (``--recompute-granularity selective --recompute-modules …``): the
+    submodules a selective layer recomputes (``TransformerConfig.recompute_modules``; default ``["core_attn"]``)."""
+
+    CORE_ATTN = "core_attn"  # the attention core (Korthikanti et al. 2022, Sec. 4.2)
+    LAYERNORM = "layernorm"  # input_layernorm / pre_mlp_layernorm outputs, discarded and recomputed
+    MOE_ACT = "moe_act"  # the routed experts' activation function, its output discarded and recomputed
+    MLP = "mlp"  # a dense layer's whole MLP, checkpointed
+    MOE = "moe"  # an MoE layer's router, experts and shared experts, checkpointed
+    SHARED_EXPERTS = "shared_experts"  # an MoE layer's shared experts, checkpointed
+
+
 class StackKnobs(BaseModel):
     """Explicit settings that override the stack's defaults (each ``None`` = the stack's default)."""
 
@@ -171,6 +183,8 @@ class StackKnobs(BaseModel):
     # with compile: whether the loss is compiled too (torchtune's compile_loss, torchtitan's "loss" compile component,
     # an HF model's own loss inside its compiled forward) or runs eagerly after a compiled model (a hand-written loop)
     compile_loss: bool | None = None
+    # activation_checkpointing: selective the Megatron-Core way — the submodules each layer recomputes (RecomputeModule)
+    recompute_modules: list[RecomputeModule] | None = None
 
 
 class TabularLibrary(str, Enum):

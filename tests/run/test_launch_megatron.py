@@ -175,3 +175,14 @@ def test_context_parallel_needs_two_chunks_a_rank(tmp_path: Path) -> None:
     # refuses a length that does not divide, before any target renders
     with pytest.raises(SpecError, match="2 × cp must divide seq_len 4098"):
         resolve(tmp_path, {**job, "seq_len": 4098}, gpu="H100-80GB", gpus=8, cp=2, strategy="ddp")
+
+
+def test_the_recompute_modules_the_plan_was_estimated_with_are_rendered(tmp_path: Path) -> None:
+    """knobs.recompute_modules goes to pretrain_gpt.py as --recompute-modules (Megatron-Core's selective granularity)."""
+    moe = {"layers": 4, "hidden": 256, "heads": 8, "kv_heads": 2, "ffn_hidden": 1024, "vocab": 1000,
+           "moe": {"experts": 8, "top_k": 2, "expert_ffn_hidden": 128}}  # fmt: skip
+    job = {**PRETRAIN_70B, "model": moe, "activation_checkpointing": "selective",
+           "knobs": {"recompute_modules": ["moe_act", "layernorm"]}}  # fmt: skip
+    argv = render(resolve(tmp_path, job, gpu="H100-80GB", gpus=8, ep=4, strategy="ddp")).commands[0].argv
+    i = argv.index("--recompute-modules")
+    assert argv[i - 1] == "selective" and list(argv[i + 1:i + 3]) == ["layernorm", "moe_act"]

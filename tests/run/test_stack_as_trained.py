@@ -39,6 +39,14 @@ def test_knobs_alone_are_named() -> None:
     assert "loss fused-linear → full" in note  # Liger's loss, which plain PyTorch does not have
 
 
+def test_megatrons_recompute_modules_are_named_as_set_aside() -> None:
+    job = parse_job({**JOB, "activation_checkpointing": "selective", "knobs": {"recompute_modules": ["core_attn", "mlp"]}})
+    trained, note = as_trained(job)
+    assert "recompute_modules [core_attn, mlp] → [core_attn]" in note
+    assert "selective_recompute attention-core → matmul-outputs" in note  # trainplan run's own policy
+    assert trained.knobs.recompute_modules is None
+
+
 def test_qlora_fp32_params_of_the_stack_is_kept() -> None:
     job = parse_job({**JOB, "stack": "hf-trainer", "method": "qlora", "model": "llama-2-7b"})
     trained, note = as_trained(job)

@@ -152,6 +152,8 @@ def training_step_flops(
     fp8_cast_bytes: tuple[float, float] = (0.0, 0.0),
     amp_cast_bytes: tuple[float, float] = (0.0, 0.0),
     selective_matmul_params: float | None = None,
+    core_recomputed: bool = True,
+    module_recompute_params: float = 0.0,
 ) -> StepFlops:
     """Forward, backward and recomputation FLOPs of one micro-batch of ``tokens``.
 
@@ -167,7 +169,9 @@ def training_step_flops(
     autocast's 16-bit weight copies (transformer.autocast_cast_bytes).  ``selective_matmul_params``: under a PyTorch
     selective-checkpointing policy (memory.selective_saved_bytes_per_token) the weights of the matmuls it recomputes
     (none when every matmul output is kept); the attention kernel's output is kept, the memory-bound ops are all
-    recomputed.  ``None``: selective is Korthikanti's, the attention core recomputed.
+    recomputed.  ``None``: selective is Megatron-Core's (Korthikanti's attention core recomputed), its
+    ``recompute_modules`` choosing: ``core_recomputed`` whether the core is among them, ``module_recompute_params``
+    the weights of the checkpointed modules' matmuls (transformer.module_recomputed_params), run forward again.
     """
     mm = matmul_flops_forward(matmul_params, tokens)
     attn = attention_flops_forward(layers=layers, seq_len=seq_len, attn_dim=attn_dim, tokens=tokens)
@@ -188,7 +192,10 @@ def training_step_flops(
     if checkpointing is Checkpointing.FULL:
         recompute = forward - matmul_flops_forward(lm_head_params, tokens)
     elif checkpointing is Checkpointing.SELECTIVE:
-        recompute = attn if selective_matmul_params is None else matmul_flops_forward(selective_matmul_params, tokens)
+        if selective_matmul_params is None:
+            recompute = (attn if core_recomputed else 0.0) + matmul_flops_forward(module_recompute_params, tokens)
+        else:
+            recompute = matmul_flops_forward(selective_matmul_params, tokens)
     else:
         recompute = 0.0
     split = None
@@ -200,7 +207,7 @@ def training_step_flops(
         if checkpointing is Checkpointing.FULL or pytorch_selective:
             bytes_bwd += bytes_fwd
         recomputed_attn = fused if checkpointing is Checkpointing.FULL or (
-            checkpointing is Checkpointing.SELECTIVE and not pytorch_selective) else 0.0
+            checkpointing is Checkpointing.SELECTIVE and not pytorch_selective and core_recomputed) else 0.0
         fp8_fwd = matmul_flops_forward(fp8_matmul_params, tokens)
         fp8_bwd = 2.0 * fp8_fwd + (fp8_fwd if checkpointing is Checkpointing.FULL else 0.0)
         cast_f, cast_b = fp8_cast_bytes

@@ -69,6 +69,9 @@ class ModelSplit:
     head_replicated: float  # the final norm and the output projection's input
     head_sharded: float  # the logits and the loss (vocabulary-parallel over tp)
     embedding_activations: float  # the first stage's input ids and embedding dropout mask
+    # one layer's saves that Megatron's checkpointed modules (recompute_modules mlp / moe / shared_experts) rebuild
+    # while that layer's backward runs (transformer.module_recompute_working)
+    recompute_working: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -169,7 +172,9 @@ def stage_loads(split: ModelSplit, layout: Layout, micro_steps: int) -> tuple[St
         stage_layer_acts = per_stage * split.block_input / seq_tp / cp
     head = (split.head_replicated / seq_tp + split.head_sharded / tp) / cp
     embed = split.embedding_activations / seq_tp / cp  # sequence-parallel: scattered over tp as it leaves the embedding
-    working = layer_act if split.full_recompute else 0.0
+    # the block full recomputation rebuilds; or a checkpointed module's saves, divided over the sequence shards only
+    # (the routed experts' are; a dense MLP's are tensor-parallel too: an upper bound under tp > 1)
+    working = layer_act if split.full_recompute else split.recompute_working / seq_tp / cp
 
     def load(name: str, layers: float, moe_layers: float, first: bool, last: bool, in_flight: float,
              layer_acts: float) -> StageLoad:  # fmt: skip

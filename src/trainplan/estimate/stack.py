@@ -16,14 +16,17 @@ from dataclasses import dataclass
 
 from trainplan.catalog import Catalog
 from trainplan.errors import SpecError
-from trainplan.spec import FusedKernels, LossImpl, Optimizer, Precision, SelectiveRecompute, Stack, TorchJob, TransformerJob
+from trainplan.spec import (Checkpointing, FusedKernels, LossImpl, Optimizer, Precision, RecomputeModule, SelectiveRecompute,
+                            Stack, TorchJob, TransformerJob)  # fmt: skip
 from trainplan.strategies import Engine
 
 KNOB_NAMES = ("loss", "loss_chunks", "loss_chunk_tokens", "compile", "optimizer_in_backward", "activation_offloading",
               "fused_optimizer", "paged_optimizer", "unsharded_accumulation", "frozen_weight_gradients",
               "frozen_weights_fp32", "loss_upcast", "fused_kernels", "qlora_fp32_params", "tf32_matmul", "fp8_all_gather",
-              "selective_recompute", "moe_fp32_combine", "compile_loss")  # fmt: skip
+              "selective_recompute", "moe_fp32_combine", "compile_loss", "recompute_modules")  # fmt: skip
 _ENUMS = (LossImpl, FusedKernels, SelectiveRecompute)
+# Megatron-Core's default recompute_modules (TransformerConfig: default ["core_attn"])
+MEGATRON_DEFAULT_MODULES = frozenset({RecomputeModule.CORE_ATTN})
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,8 @@ class Knobs:
     selective_recompute: SelectiveRecompute = SelectiveRecompute.ATTENTION_CORE  # what `selective` keeps
     moe_fp32_combine: bool = False  # MoE experts' outputs combined over an fp32 copy (torchtitan)
     compile_loss: bool = False  # the loss is compiled with the model (only meaningful with compile)
+    # selective checkpointing Megatron-Core's way (attention-core): the submodules each layer recomputes
+    recompute_modules: frozenset[RecomputeModule] = MEGATRON_DEFAULT_MODULES
     engines: tuple[Engine, ...] = (Engine.TORCH, Engine.FSDP, Engine.DEEPSPEED)
     notes: tuple[str, ...] = ()  # which explicit knob overrode which stack default
 
@@ -92,10 +97,24 @@ def effective_knobs(job: TorchJob | TransformerJob, catalog: Catalog) -> Knobs:
         raise SpecError("applies to language-model (kind: transformer) jobs; a torch job's loss is its `loss:` function",
                         field="knobs.loss")  # fmt: skip
     for key in ("frozen_weights_fp32", "loss_upcast", "fused_kernels", "qlora_fp32_params", "selective_recompute",
-                "moe_fp32_combine", "compile_loss"):
+                "moe_fp32_combine", "compile_loss", "recompute_modules"):
         if isinstance(job, TorchJob) and key in explicit:
             raise SpecError("applies to language-model (kind: transformer) jobs; a traced model keeps what its own code "
                             "keeps", field=f"knobs.{key}")  # fmt: skip
+    modules = merged.get("recompute_modules")
+    if modules is not None and isinstance(job, TransformerJob):
+        if job.activation_checkpointing is not Checkpointing.SELECTIVE:
+            raise SpecError("names the submodules Megatron-Core's selective checkpointing recomputes: it needs "
+                            "activation_checkpointing: selective", field="knobs.recompute_modules")  # fmt: skip
+        policy = explicit.get("selective_recompute")
+        if policy is not None and SelectiveRecompute(policy) is not SelectiveRecompute.ATTENTION_CORE:
+            raise SpecError(f"is Megatron-Core's selective granularity (attention-core); it cannot go with "
+                            f"knobs.selective_recompute: {SelectiveRecompute(policy).value}",
+                            field="knobs.recompute_modules")  # fmt: skip
+        if merged.get("selective_recompute") != SelectiveRecompute.ATTENTION_CORE.value:
+            notes.append(f"knobs.recompute_modules: Megatron-Core's selective granularity overrides "
+                         f"{job.stack.value}'s selective_recompute ({merged.get('selective_recompute')})")
+            merged["selective_recompute"] = SelectiveRecompute.ATTENTION_CORE.value
     if merged.get("fp8_all_gather") and job.precision is not Precision.FP8:
         raise SpecError("all-gathers the float8 linears' weights in FP8: it needs precision: fp8", field="knobs.fp8_all_gather")
     if "compile_loss" in explicit and not merged.get("compile"):
@@ -125,6 +144,7 @@ def effective_knobs(job: TorchJob | TransformerJob, catalog: Catalog) -> Knobs:
         moe_fp32_combine=bool(merged.get("moe_fp32_combine", False)),
         # with compile on: the stack's rule (stacks.yaml), else compiled with the model
         compile_loss=bool(merged.get("compile", False)) and bool(merged.get("compile_loss", True)),
+        recompute_modules=MEGATRON_DEFAULT_MODULES if modules is None else frozenset(RecomputeModule(m) for m in modules),
         engines=tuple(Engine(e) for e in entry.get("engines", [e.value for e in Engine])),
         notes=tuple(notes),
     )

@@ -32,7 +32,8 @@ from trainplan.estimate.stack import Knobs, effective_knobs
 from trainplan.estimate.steptime import matmul_efficiency
 from trainplan.model import ModelArch
 from trainplan.errors import SpecError
-from trainplan.spec import Checkpointing, FlashAttention, Method, Precision, SelectiveRecompute, Stack, TransformerJob
+from trainplan.spec import (Checkpointing, FlashAttention, Method, Precision, RecomputeModule, SelectiveRecompute, Stack,
+                            TransformerJob)  # fmt: skip
 from trainplan.strategies import Strategy
 
 __all__ = ["TransformerModel", "activation_bytes", "estimate_transformer", "matmul_efficiency",
@@ -72,6 +73,7 @@ def resolve_transformer(job: TransformerJob, catalog: Catalog | None = None) -> 
     if job.knobs.moe_fp32_combine and arch.moe is None:
         raise SpecError("combines routed experts' outputs in fp32: it needs a mixture-of-experts model, and this one is "
                         "dense", field="knobs.moe_fp32_combine")  # fmt: skip
+    _check_recompute_modules(job, arch)
     fp32_base = (job.precision.mixed and k.frozen_weights_fp32) or (job.method is Method.QLORA and k.qlora_fp32_params)
     e16 = 4 if job.precision is Precision.FP32 or fp32_base else 2
     fp32_bytes = 0.0
@@ -159,7 +161,7 @@ def layer_split(job: TransformerJob, arch: ModelArch, k: Knobs, ffn_hidden: int)
         norm=arch.norm,
         precision=job.precision,
         flash_attention=_flash(job, arch),
-        checkpointing=job.activation_checkpointing,
+        checkpointing=_block_checkpointing(job, k),
         compiled=k.compile,
         dropout=arch.dropout > 0,
         frozen_norms=job.lora_spec is not None,
@@ -172,6 +174,83 @@ def layer_split(job: TransformerJob, arch: ModelArch, k: Knobs, ffn_hidden: int)
     )
     replicated, sharded = split[0]
     return replicated + extra, sharded
+
+
+def _check_recompute_modules(job: TransformerJob, arch: ModelArch) -> None:
+    """knobs.recompute_modules names only submodules the model has (Megatron-Core skips the others silently)."""
+    mods = set(job.knobs.recompute_modules or ())
+    moe_only = mods & {RecomputeModule.MOE, RecomputeModule.MOE_ACT, RecomputeModule.SHARED_EXPERTS}
+    if moe_only and arch.moe is None:
+        raise SpecError(f"{', '.join(sorted(m.value for m in moe_only))}: a mixture-of-experts module, and this model "
+                        "is dense", field="knobs.recompute_modules")  # fmt: skip
+    if RecomputeModule.SHARED_EXPERTS in mods and arch.moe is not None and not arch.moe.shared_ffn_hidden:
+        raise SpecError("shared_experts: this model has no shared experts", field="knobs.recompute_modules")
+    if RecomputeModule.MOE_ACT in mods and job.lora_spec is not None:
+        raise SpecError("moe_act is modelled for experts that train (full training); with frozen experts what the "
+                        "activation keeps has not been measured", field="knobs.recompute_modules")  # fmt: skip
+
+
+def megatron_modules(job: TransformerJob, k: Knobs) -> frozenset[RecomputeModule]:
+    """The submodules a selective layer recomputes the Megatron-Core way (``knobs.recompute_modules``; Megatron's
+    default, the attention core alone); empty when the job does not checkpoint that way."""
+    if job.activation_checkpointing is not Checkpointing.SELECTIVE or _keeps_matmul_outputs(job, k):
+        return frozenset()
+    return k.recompute_modules
+
+
+def _block_checkpointing(job: TransformerJob, k: Knobs) -> Checkpointing:
+    """What memory.layer_activation_bytes counts: Megatron's selective without ``core_attn`` keeps the core."""
+    if job.activation_checkpointing is Checkpointing.SELECTIVE and not _keeps_matmul_outputs(job, k):
+        return Checkpointing.SELECTIVE if RecomputeModule.CORE_ATTN in k.recompute_modules else Checkpointing.NONE
+    return job.activation_checkpointing
+
+
+def kept_ffn(job: TransformerJob, arch: ModelArch, k: Knobs, *, moe: bool) -> int:
+    """The MLP width whose intermediates a block keeps: 0 when Megatron's ``mlp`` (a dense layer's MLP) or ``moe`` /
+    ``shared_experts`` (an MoE layer's shared experts) module is checkpointed — ``tensor_parallel.checkpoint`` keeps
+    only the module's input, which memory.layer_activation_bytes counts with the MLP either way (e·h)."""
+    mods = megatron_modules(job, k)
+    if not moe:
+        return 0 if RecomputeModule.MLP in mods else arch.ffn_hidden
+    assert arch.moe is not None
+    checkpointed = RecomputeModule.MOE in mods or RecomputeModule.SHARED_EXPERTS in mods
+    return 0 if checkpointed else arch.moe.shared_ffn_hidden
+
+
+def module_recompute_working(job: TransformerJob, arch: ModelArch, k: Knobs) -> float:
+    """One layer's saves that Megatron's checkpointed modules (``mlp``, ``moe``, ``shared_experts``) rebuild while
+    that layer's backward runs — what full checkpointing's one recomputed block is to it (Chen et al. 2016)."""
+    mods = megatron_modules(job, k)
+    if not mods & {RecomputeModule.MLP, RecomputeModule.MOE, RecomputeModule.SHARED_EXPERTS}:
+        return 0.0
+    dense = _layer_bytes(job, arch, k, arch.ffn_hidden) - _layer_bytes(job, arch, k, kept_ffn(job, arch, k, moe=False))
+    if arch.moe is None:
+        return max(0.0, dense)
+    shared = (_layer_bytes(job, arch, k, arch.moe.shared_ffn_hidden)
+              - _layer_bytes(job, arch, k, kept_ffn(job, arch, k, moe=True)))  # fmt: skip
+    routed = routed_expert_bytes(job, arch, fp32_combine=k.moe_fp32_combine, act_recomputed=RecomputeModule.MOE_ACT in mods)
+    moe = shared + (routed if RecomputeModule.MOE in mods else 0.0)
+    return max(0.0, dense if arch.dense_mlp_layers else 0.0, moe)
+
+
+def module_recomputed_params(job: TransformerJob, arch: ModelArch, k: Knobs) -> float:
+    """Weights whose matmuls Megatron's checkpointed modules run again in backward (a forward's 2 FLOPs per weight per
+    token): the dense MLPs (``mlp``), the shared experts (``shared_experts`` or ``moe``), and with ``moe`` the router
+    and each token's top_k experts.  The output-discarding modules (``layernorm``, ``moe_act``) recompute element-wise
+    work only."""
+    mods = megatron_modules(job, k)
+    total = 0.0
+    if RecomputeModule.MLP in mods:
+        dense_layers = arch.dense_mlp_layers if arch.moe is not None else arch.blocks + arch.mtp_layers
+        total += dense_layers * sum(i * o for i, o in arch_mod.dense_mlp_shapes(arch, arch.ffn_hidden).values())
+    if arch.moe is not None and mods & {RecomputeModule.MOE, RecomputeModule.SHARED_EXPERTS}:
+        layers = arch.moe_layers + arch.mtp_layers
+        if arch.moe.shared_ffn_hidden:
+            total += layers * sum(i * o for i, o in arch_mod.dense_mlp_shapes(arch, arch.moe.shared_ffn_hidden).values())
+        if RecomputeModule.MOE in mods:
+            per_expert = sum(i * o for _, i, o in arch_mod.expert_tensor_shapes(arch).values())
+            total += layers * (arch.hidden * arch.moe.experts + arch.moe.top_k * per_expert)
+    return float(total)
 
 
 def mla_latent_bytes_per_token(arch: ModelArch, precision: Precision) -> float:
@@ -191,7 +270,8 @@ def block_norm_extra_bytes_per_token(arch: ModelArch, precision: Precision, *, t
     return extra * norm_saved_bytes_per_token(arch.hidden, arch.norm, precision, weight_trainable=trainable) if extra else 0.0
 
 
-def routed_expert_bytes(job: TransformerJob, arch: ModelArch, *, fp32_combine: bool = False) -> float:
+def routed_expert_bytes(job: TransformerJob, arch: ModelArch, *, fp32_combine: bool = False,
+                        act_recomputed: bool = False) -> float:  # fmt: skip
     """Activations of one MoE layer's router and routed experts, for one micro-batch (beyond the layer's input).
 
     transformers 5 runs the experts as grouped GEMMs over the tokens sorted by expert
@@ -217,18 +297,23 @@ def routed_expert_bytes(job: TransformerJob, arch: ModelArch, *, fp32_combine: b
     ``fp32_combine`` (``knobs.moe_fp32_combine``, the torchtitan stack's): torchtitan's ``MoE.forward`` combines the
     experts' outputs with ``torch.bmm(top_scores, routed_output_unsorted.float())``, and bmm keeps its operands: an
     fp32 copy of every routed output (4·h) where transformers' routing-weight product keeps the 16-bit one (e·h).
+
+    ``act_recomputed`` (Megatron's ``moe_act`` module, ``knobs.recompute_modules``): the experts' activation function
+    runs under output-discarding checkpointing (``CheckpointWithoutOutput``): only its input, the gate/up output
+    (2e·f), stays; what the activation keeps beyond it and its output, which down_proj keeps, are rebuilt in
+    backward — 2e·f a routed token for SwiGLU (the SiLU output and the product), 5e·f for gpt-oss's clamped SwiGLU.
     """
     if arch.moe is None:
         return 0.0
     m, e, h = arch.moe, job.precision.compute_bytes, arch.hidden
     tokens = job.seq_len * job.micro_batch
     combine = (4 - e) * h if fp32_combine and job.lora_spec is None else 0.0
+    f = m.expert_ffn_hidden
     if m.clamped_swiglu:
-        f = m.expert_ffn_hidden
         per_routed = (2 * e * h + 7 * e * f + 44) if job.lora_spec is None else (e * h + 6 * e * f + 36)
-        return tokens * m.top_k * (per_routed + combine)
+        return tokens * m.top_k * (per_routed + combine - (5 * e * f if act_recomputed else 0.0))
     if job.lora_spec is None:
-        per_routed = 2 * e * h + 4 * e * m.expert_ffn_hidden + 28 + combine
+        per_routed = 2 * e * h + 4 * e * f + 28 + combine - (2 * e * f if act_recomputed else 0.0)
     else:
         per_routed = e * h + 3 * e * m.expert_ffn_hidden + 28
     return tokens * (m.top_k * (per_routed + 12) + 4 * m.experts + 4)
@@ -244,7 +329,17 @@ def kept_routed_expert_bytes(job: TransformerJob, arch: ModelArch, k: Knobs) -> 
     if arch.moe is None:
         return 0.0
     if not _keeps_matmul_outputs(job, k):
-        return routed_expert_bytes(job, arch, fp32_combine=k.moe_fp32_combine)
+        mods = megatron_modules(job, k)
+        if RecomputeModule.MOE in mods:  # the whole MoE layer checkpointed: its input (counted with the layer) stays
+            return 0.0
+        kept = routed_expert_bytes(job, arch, fp32_combine=k.moe_fp32_combine,
+                                   act_recomputed=RecomputeModule.MOE_ACT in mods)  # fmt: skip
+        if RecomputeModule.LAYERNORM in mods:
+            # Megatron's TE layer spec fuses input_layernorm into linear_qkv and a dense layer's pre_mlp_layernorm
+            # into linear_fc1 (IdentityOp, which `layernorm` skips: transformer_layer.py); an MoE layer's pre-MLP
+            # norm stands alone, and its output (e·h a token, outside the tensor-parallel region) is discarded
+            kept -= job.seq_len * job.micro_batch * job.precision.compute_bytes * arch.hidden
+        return kept
     if k.selective_recompute is SelectiveRecompute.MATMUL_OUTPUTS:
         return job.seq_len * job.micro_batch * job.precision.compute_bytes * arch.moe.experts
     return 0.0
@@ -253,11 +348,11 @@ def kept_routed_expert_bytes(job: TransformerJob, arch: ModelArch, k: Knobs) -> 
 def block_activation_bytes(job: TransformerJob, arch: ModelArch, knobs: Knobs | None = None) -> float:
     """Activations all transformer blocks keep for backward, for one micro-batch."""
     k = knobs or Knobs(stack=job.stack)
-    dense = _layer_bytes(job, arch, k, arch.ffn_hidden)
+    dense = _layer_bytes(job, arch, k, kept_ffn(job, arch, k, moe=False))
     if arch.moe is None:
         per_layer, total = dense, arch.blocks * dense
     else:
-        moe = _layer_bytes(job, arch, k, arch.moe.shared_ffn_hidden) + kept_routed_expert_bytes(job, arch, k)
+        moe = _layer_bytes(job, arch, k, kept_ffn(job, arch, k, moe=True)) + kept_routed_expert_bytes(job, arch, k)
         moe_blocks = arch.moe_layers + arch.mtp_layers
         per_layer = max(moe, dense if arch.dense_mlp_layers else 0.0)
         total = arch.dense_mlp_layers * dense + moe_blocks * moe
@@ -280,7 +375,7 @@ def block_activation_bytes(job: TransformerJob, arch: ModelArch, knobs: Knobs | 
             hidden=arch.hidden,
             precision=job.precision,
         )
-    return total
+    return total + module_recompute_working(job, arch, k)
 
 
 def _block_matmuls(job: TransformerJob, arch: ModelArch, ffn_hidden: int) -> list[tuple[str, int, int, bool]]:
@@ -440,10 +535,10 @@ def model_split(job: TransformerJob, m: TransformerModel, knobs: Knobs) -> Model
     arch = m.arch
     if arch.arch != "decoder" or job.method is not Method.FULL or knobs.activation_offloading:
         return None
-    replicated, sharded = layer_split(job, arch, knobs, arch.ffn_hidden)
+    replicated, sharded = layer_split(job, arch, knobs, kept_ffn(job, arch, knobs, moe=False))
     moe_sharded, expert = sharded, 0.0
     if arch.moe is not None:
-        _, moe_sharded = layer_split(job, arch, knobs, arch.moe.shared_ffn_hidden)
+        _, moe_sharded = layer_split(job, arch, knobs, kept_ffn(job, arch, knobs, moe=True))
         expert = kept_routed_expert_bytes(job, arch, knobs)
     tokens, e = job.seq_len * job.micro_batch, job.precision.compute_bytes
     head = head_activation_bytes(job, arch, knobs)
@@ -480,6 +575,7 @@ def model_split(job: TransformerJob, m: TransformerModel, knobs: Knobs) -> Model
         # Megatron's first stage also keeps the int64 input ids and, with dropout, the embedding's 1-byte mask
         # (theoretical_memory_usage.py compute_activation_memory: 8·s·b and s·b·h per micro-batch in flight)
         embedding_activations=tokens * (8 + (arch.hidden if arch.dropout > 0 else 0)),
+        recompute_working=module_recompute_working(job, arch, knobs),
     )
 
 
@@ -508,6 +604,8 @@ def transformer_profile(job: TransformerJob, catalog: Catalog | None = None, *, 
         fp8_cast_bytes=fp8_casts,
         amp_cast_bytes=(amp_f, amp_b),
         selective_matmul_params=selective_recomputed_params(job, arch, knobs),
+        core_recomputed=RecomputeModule.CORE_ATTN in knobs.recompute_modules,
+        module_recompute_params=module_recomputed_params(job, arch, knobs),
     )
     # AMP autocast caches a 16-bit copy of every fp32 matmul weight it casts (torch.amp docs); frozen
     # LoRA/QLoRA bases are stored in 16 (or 4) bits already, so only full training makes them.

@@ -168,6 +168,8 @@ def arguments(plan: LaunchPlan, arch: ModelArch) -> list[str]:
         args += ["--fp8-format", "hybrid"]  # Transformer Engine: E4M3 forward, E5M2 gradients (delayed scaling)
     if job.activation_checkpointing is Checkpointing.SELECTIVE:
         args += ["--recompute-granularity", "selective"]
+        if job.knobs.recompute_modules is not None:  # the modules the plan was estimated with (Megatron-Core >= 0.13)
+            args += ["--recompute-modules", *sorted(m.value for m in job.knobs.recompute_modules)]
     elif job.activation_checkpointing is Checkpointing.FULL:
         args += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
     if plan.config.checkpoint_every:

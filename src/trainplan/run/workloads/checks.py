@@ -143,7 +143,8 @@ def as_trained(job: Any) -> tuple[Any, str | None]:
     trained = effective_knobs(trained_job, catalog)
     differ = [k for k in ("loss", "loss_chunks", "compile", "optimizer_in_backward", "activation_offloading",
                           "fused_optimizer", "paged_optimizer", "unsharded_accumulation", "frozen_weight_gradients",
-                          "frozen_weights_fp32", "loss_upcast", "fused_kernels", "selective_recompute", "moe_fp32_combine")
+                          "frozen_weights_fp32", "loss_upcast", "fused_kernels", "selective_recompute", "moe_fp32_combine",
+                          "recompute_modules")
               if getattr(stated, k) != getattr(trained, k)]
     if job.stack is Stack.PLAIN and not differ:
         return job, None
@@ -156,4 +157,6 @@ def as_trained(job: Any) -> tuple[Any, str | None]:
 
 
 def _shown(value: Any) -> str:
+    if isinstance(value, frozenset):  # knobs.recompute_modules
+        return "[" + ", ".join(sorted(_shown(v) for v in value)) + "]"
     return str(getattr(value, "value", value)).lower()
