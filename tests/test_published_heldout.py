@@ -150,3 +150,26 @@ def test_a_torchtitan_record_is_read_with_torchtitans_selective_policy() -> None
     assert record_to_job(stated).knobs.selective_recompute is SelectiveRecompute.MATMUL_OUTPUTS
     other = dict(rec, framework="accelerate FSDP")
     assert record_to_job(other).knobs.selective_recompute is None  # the stack's default decides
+
+
+def test_an_hf_trainer_record_on_torch_before_2_8_runs_foreach_adamw() -> None:
+    """The Trainer's default optim is adamw_torch_fused only from torch 2.8 (transformers training_args.py): a record
+    naming an earlier torch is estimated with the foreach AdamW and its step temporaries, one in the state's dtype."""
+    from trainplan.estimate.published import compare
+
+    rec = next(r for r in yaml.safe_load(HELDOUT.read_text()) if r["id"] == "msswift-a100-qwen7b-full-len2048-mb1")
+    assert record_stack(rec) == "hf-trainer"
+    for framework, fused in (("transformers 4.45; torch 2.4.1", False), ("PyTorch==2.1.0", False),
+                             ("torch 2.8.0, transformers 4.57", None), ("accelerate, versions not stated", None)):
+        assert record_to_job(dict(rec, framework=framework)).knobs.fused_optimizer is fused, framework
+    old, new = (compare(dict(rec, framework=f), get_catalog()) for f in ("torch 2.4.1", "torch 2.9.0"))
+    assert old.predicted_peak_gib > new.predicted_peak_gib  # the foreach step's sqrt buffers are the peak's
+
+
+def test_foreach_temporaries_have_the_optimizer_states_dtype() -> None:
+    from trainplan.estimate.memory import optimizer_foreach_temporary_bytes
+    from trainplan.spec import Optimizer, Precision
+
+    assert optimizer_foreach_temporary_bytes(1e9, Optimizer.ADAMW, Precision.BF16) == 4e9  # fp32 states beside AMP
+    assert optimizer_foreach_temporary_bytes(1e9, Optimizer.ADAMW, Precision.BF16_PURE) == 2e9  # bf16 states
+    assert optimizer_foreach_temporary_bytes(1e9, Optimizer.SGD, Precision.BF16_PURE) == 0.0

@@ -33,8 +33,11 @@ def test_the_analytic_band_is_the_out_of_sample_error_on_published_records() -> 
               for r in yaml.safe_load(RECORDS.with_name(name).read_text())]  # fmt: skip
     errors = memory_errors(frozen)
     assert len(errors.all) >= 30
-    assert errors.percentile(80) == pytest.approx(sorted(errors.all)[int(0.8 * (len(errors.all) - 1))], abs=0.02)
-    assert get_catalog().assumption("memory_error_band_analytic") == pytest.approx(errors.percentile(80), abs=0.005)
+    ranked, k = sorted(abs(x) for x in errors.all), int(0.8 * (len(errors.all) - 1))
+    assert ranked[k] <= errors.percentile(80) <= ranked[k + 1]  # between the order statistics around the 80th
+    # the band is the sets' first look (0.25, 2026-12-04); the changes they led to since make today's figure
+    # in-sample, so the band may not be narrower than it, and is not narrowed by it
+    assert get_catalog().assumption("memory_error_band_analytic") >= errors.percentile(80) - 0.005
     # wider than the in-sample median: the records that shaped the formulas understate the error
     in_sample = memory_errors(yaml.safe_load(RECORDS.read_text()) + yaml.safe_load(RECORDS.with_name("published_stacks.yaml").read_text()))
     assert in_sample.median < errors.percentile(80)

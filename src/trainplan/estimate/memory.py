@@ -563,16 +563,21 @@ def fsdp_stream_pool_bytes(strategy: Strategy, *, largest_block_params: float, w
     return pool, max(0.0, block + gradients + pool - allocated)
 
 
-def optimizer_foreach_temporary_bytes(trainable_params: float, optimizer: Optimizer) -> float:
-    """Temporaries of a multi-tensor (foreach) optimizer step in plain PyTorch: one fp32 buffer per parameter.
+def optimizer_foreach_temporary_bytes(trainable_params: float, optimizer: Optimizer,
+                                      precision: Precision = Precision.BF16) -> float:  # fmt: skip
+    """Temporaries of a multi-tensor (foreach) optimizer step in plain PyTorch: one buffer per parameter, in the
+    optimizer state's dtype.
 
     ``torch.optim.AdamW`` (foreach, the CUDA default) computes the square root
-    of the variance for all parameters at once; Lion its update direction.
+    of the variance for all parameters at once (``_multi_tensor_adamw``:
+    ``exp_avg_sq_sqrt = torch._foreach_sqrt(device_exp_avg_sqs)``, tensors of the
+    state's dtype — fp32 beside fp32 weights, bf16 in pure bf16, where the states
+    follow the weights); Lion its update direction.
     Sharding divides them with the optimizer state; DeepSpeed's fused Adam and
     CPU optimizers make none (the composer applies both rules).
     """
     if optimizer in (Optimizer.ADAMW, Optimizer.LION):
-        return 4.0 * trainable_params
+        return (2.0 if precision is Precision.BF16_PURE else 4.0) * trainable_params
     return 0.0
 
 

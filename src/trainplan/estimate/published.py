@@ -102,14 +102,28 @@ def framework_knobs(rec: dict[str, Any]) -> dict[str, Any]:
     the whole up-cast logits, which is stack ``plain``'s loss, not the ``torchtitan`` stack's chunked one — but with
     compile on, torchtitan compiles the loss too (its compile components default to model and loss), which stack
     ``plain`` does not assume.
+
+    The Hugging Face Trainer's default ``optim`` is ``adamw_torch_fused`` only with torch 2.8 or later
+    (``training_args.py``: ``if is_torch_greater_or_equal_than_2_8: default_optim = "adamw_torch_fused"``, else
+    ``adamw_torch``, the foreach AdamW): an ``hf-trainer`` record whose framework names an earlier torch runs foreach,
+    unless it states otherwise (the stack's default follows the current release).
     """
     knobs: dict[str, Any] = {}
+    torch = _stated_torch_version(rec)
+    if record_stack(rec) == "hf-trainer" and torch is not None and torch < (2, 8):
+        knobs["fused_optimizer"] = False  # the Trainer's optim is adamw_torch (foreach) before torch 2.8
     titan = "torchtitan" in str(rec.get("framework", "")).lower()
     if titan and rec.get("activation_checkpointing") == "selective":
         knobs["selective_recompute"] = "alternate-matmuls"
     if titan and (rec.get("knobs") or {}).get("compile"):
         knobs["compile_loss"] = True  # torchtitan's compile components: ["model", "loss"] by default
     return knobs
+
+
+def _stated_torch_version(rec: dict[str, Any]) -> tuple[int, int] | None:
+    """(major, minor) of the torch a record's framework names ("torch 2.4.1", "torch==2.1.0", "PyTorch 2.1"), else None."""
+    found = re.search(r"(?:^|[^\w.])(?:py)?torch\s*(?:==|=|\s)\s*v?(\d+)\.(\d+)", str(rec.get("framework", "")), re.I)
+    return (int(found.group(1)), int(found.group(2))) if found else None
 
 
 def record_to_job(rec: dict[str, Any]) -> TransformerJob | None:

@@ -622,7 +622,7 @@ def transformer_profile(job: TransformerJob, catalog: Catalog | None = None, *, 
     largest_linear = arch_mod.largest_linear_params(arch)
     # a fused optimizer steps tensor by tensor in place, and so does one that steps inside backward
     foreach_optimizer = not (knobs.fused_optimizer or knobs.optimizer_in_backward)
-    foreach = optimizer_foreach_temporary_bytes(m.trainable, job.optimizer) if foreach_optimizer else 0.0
+    foreach = optimizer_foreach_temporary_bytes(m.trainable, job.optimizer, job.precision) if foreach_optimizer else 0.0
     return StepProfile(
         source=ProfileSource.ANALYTIC,
         params=Params(
