@@ -29,6 +29,7 @@ TINY = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 4, "num
 # Small configs that switch on each feature a reader models (beside each family's default config below).
 VARIANTS = [
     {"model_type": "llama", **TINY, "attention_bias": True, "tie_word_embeddings": True},
+    {"model_type": "granite", **TINY, "attention_bias": True, "tie_word_embeddings": False, "logits_scaling": 16.0},
     {"model_type": "mistral", **TINY, "head_dim": 32, "sliding_window": 8},
     {"model_type": "qwen2", **TINY, "use_sliding_window": True, "sliding_window": 8, "max_window_layers": 2},
     {"model_type": "qwen3", **TINY, "head_dim": 8, "attention_bias": True},
@@ -309,3 +310,34 @@ def test_the_trace_refuses_fp32_experts_in_one_line() -> None:
                             micro_batch=1, precision="bf16", optimizer="adamw", activation_checkpointing="none",
                             loss="cross_entropy", device="cuda")  # fmt: skip
     assert "\n" not in str(info.value)
+
+
+def test_granite_keeps_what_llama_keeps() -> None:
+    """Granite's four scalars (embedding, attention, residual, logits) keep nothing for backward: a Granite and a Llama
+    of the same shape save the same bytes in a training forward pass with its loss (saved-tensor hooks, CPU, bf16)."""
+    import torch
+
+    shape = {**TINY, "attention_bias": False, "tie_word_embeddings": False}
+
+    def saved(cfg: dict) -> int:
+        torch.manual_seed(0)
+        model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**cfg),
+                                                              attn_implementation="sdpa").to(torch.bfloat16)  # fmt: skip
+        params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        seen: dict[int, int] = {}
+
+        def pack(t: torch.Tensor) -> torch.Tensor:
+            if t.untyped_storage().data_ptr() not in params:
+                seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+
+        ids = torch.randint(1, 101, (2, 32))
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out = model(input_ids=ids, labels=ids)
+        assert out.loss.requires_grad
+        return sum(seen.values())
+
+    granite = {"model_type": "granite", **shape, "embedding_multiplier": 12.0, "attention_multiplier": 0.015625,
+               "residual_multiplier": 0.22, "logits_scaling": 8.0}  # fmt: skip
+    assert saved(granite) == saved({"model_type": "llama", **shape})
+    assert param_counts(arch_from_hf_config(granite)).total == param_counts(arch_from_hf_config({"model_type": "llama", **shape})).total

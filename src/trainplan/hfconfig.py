@@ -158,6 +158,14 @@ def _read_llama(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]
     return _llama_like(cfg, mt), COMMON_KEYS | {"attention_bias", "mlp_bias"}
 
 
+def _read_granite(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """IBM Granite 3.x and PowerLM (``GraniteForCausalLM``): Llama's layers and four scalars — the embedding, the
+    attention scores, each block's residual branch and the logits multiplied or divided by a constant
+    (``modeling_granite.py``); a product or quotient by a Python scalar keeps nothing for backward, and the divided
+    logits replace the projection's (the one it divides is dropped), so parameters, FLOPs and memory are Llama's."""
+    return _llama_like(cfg, mt), COMMON_KEYS | {"attention_bias", "mlp_bias", "residual_multiplier", "logits_scaling"}
+
+
 def _read_mistral(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
     """Mistral 7B / Nemo / Small (``MistralForCausalLM``): Llama's layers, an optional sliding window on every layer."""
     out = _llama_like(cfg, mt)
@@ -350,6 +358,7 @@ def _read_gpt_oss(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str
 
 READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str]]]] = {
     "llama": _read_llama,
+    "granite": _read_granite,
     "mistral": _read_mistral,
     "qwen2": _read_qwen2,
     "qwen3": _read_qwen3,
