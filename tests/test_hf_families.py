@@ -29,7 +29,6 @@ TINY = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 4, "num
 # Small configs that switch on each feature a reader models (beside each family's default config below).
 VARIANTS = [
     {"model_type": "llama", **TINY, "attention_bias": True, "tie_word_embeddings": True},
-    {"model_type": "granite", **TINY, "attention_bias": True, "tie_word_embeddings": False, "logits_scaling": 16.0},
     {"model_type": "mistral", **TINY, "head_dim": 32, "sliding_window": 8},
     {"model_type": "qwen2", **TINY, "use_sliding_window": True, "sliding_window": 8, "max_window_layers": 2},
     {"model_type": "qwen3", **TINY, "head_dim": 8, "attention_bias": True},
@@ -52,6 +51,7 @@ VARIANTS = [
      "q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 12,
      "num_nextn_predict_layers": 0},
     {"model_type": "gpt_oss", **TINY, "head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 8},
+    {"model_type": "granite", **TINY, "attention_bias": True, "tie_word_embeddings": False, "logits_scaling": 16.0},
 ]
 
 
@@ -205,6 +205,24 @@ def test_a_moe_config_plans_with_every_expert_in_memory(tmp_path: Path) -> None:
     assert not est.fits
 
 
+def _saved_bytes(module, step):  # noqa: ANN001, ANN202
+    """Bytes of the distinct storages autograd saves while ``step()`` runs ``module`` (its parameters excluded); what
+    ``step`` returns is held until the count is taken, so no saved storage is freed and reused meanwhile."""
+    import torch
+
+    params = {p.untyped_storage().data_ptr() for p in module.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.untyped_storage().data_ptr() not in params:
+            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = step()  # noqa: F841 — held: its graph keeps every saved storage alive until the sum
+    return sum(saved.values())
+
+
 def _moe_block_saved_and_expected(model_type: str, block_cls: object, h: int, f: int, experts: int, k: int,
                                   trainable: bool, **extra: object) -> tuple[int, float]:
     """(bytes autograd saves for one forward of transformers' MoE block on a bf16 CPU batch — parameters are not
@@ -223,24 +241,15 @@ def _moe_block_saved_and_expected(model_type: str, block_cls: object, h: int, f:
     block = block_cls(cfg).to(torch.bfloat16)  # type: ignore[operator]
     for p in block.parameters():
         p.requires_grad_(trainable)
-    params = {p.untyped_storage().data_ptr() for p in block.parameters()}
-    saved: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        if t.untyped_storage().data_ptr() not in params:
-            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
-
     x = torch.randn(batch, seq, h, dtype=torch.bfloat16, requires_grad=True)
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        block(x)
+    saved = _saved_bytes(block, lambda: block(x))
     arch = arch_from_hf_config({"model_type": model_type, "num_hidden_layers": 2, "num_attention_heads": 4,
                                 "num_key_value_heads": 2, "vocab_size": 100, **hf})  # fmt: skip
     job = parse_job({"name": "t", "kind": "transformer", "model": arch.model_dump(exclude_none=True), "seq_len": seq,
                      "micro_batch": batch, "precision": "bf16", "tokens": 1e6,
                      **({} if trainable else {"method": "lora"})})  # fmt: skip
     router_input = batch * seq * h * 2 if trainable else 0  # a frozen router keeps no input
-    return sum(saved.values()), routed_expert_bytes(job, arch) + router_input + 4 * experts
+    return saved, routed_expert_bytes(job, arch) + router_input + 4 * experts
 
 
 @pytest.mark.parametrize("trainable", [True, False], ids=["experts-train", "experts-frozen"])
@@ -323,19 +332,8 @@ def test_granite_keeps_what_llama_keeps() -> None:
         torch.manual_seed(0)
         model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**cfg),
                                                               attn_implementation="sdpa").to(torch.bfloat16)  # fmt: skip
-        params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-        seen: dict[int, int] = {}
-
-        def pack(t: torch.Tensor) -> torch.Tensor:
-            if t.untyped_storage().data_ptr() not in params:
-                seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-            return t
-
         ids = torch.randint(1, 101, (2, 32))
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            out = model(input_ids=ids, labels=ids)
-        assert out.loss.requires_grad
-        return sum(seen.values())
+        return _saved_bytes(model, lambda: model(input_ids=ids, labels=ids).loss)
 
     granite = {"model_type": "granite", **shape, "embedding_multiplier": 12.0, "attention_multiplier": 0.015625,
                "residual_multiplier": 0.22, "logits_scaling": 8.0}  # fmt: skip
