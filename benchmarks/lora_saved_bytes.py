@@ -4,7 +4,8 @@
 
 A small Llama (4 layers, hidden 256, SwiGLU 512, 8 heads in 2 KV groups), its weights in bf16, wrapped by PEFT's
 ``get_peft_model`` (rank 8) with each target set; one forward pass of its decoder blocks (no head, no loss) on CPU
-under ``torch.autograd.graph.saved_tensors_hooks``, counting the distinct storages autograd saves (parameters out).
+under ``torch.autograd.graph.saved_tensors_hooks``, counting the distinct storages autograd saves (parameters out),
+with 5 blocks less with 4: one block past the first adapted one (the first keeps less, its input needing no gradient).
 Two adapter dtypes: PEFT's default (``autocast_adapter_dtype=True``: fp32 adapters beside a bf16 base, each
 adapted layer casting its input to fp32 for ``lora_A``) and bf16 adapters. Printed per token per block, beside
 trainplan's ``transformer.block_activation_bytes`` for the same job (precision bf16-pure, method lora). Needs
@@ -30,12 +31,18 @@ TARGETS = (["q_proj"], ["o_proj"], ["q_proj", "v_proj"], ["q_proj", "k_proj", "v
            ["down_proj"], ["gate_proj", "up_proj", "down_proj"])  # fmt: skip
 
 
-def measured(targets: list[str], *, fp32_adapters: bool) -> int:
+def measured(targets: list[str], *, fp32_adapters: bool) -> float:
+    """Bytes one more block adds (5 blocks less 4): a block past the first adapted one, whose input needs a gradient."""
+    return _saved(targets, fp32_adapters, layers=5) - _saved(targets, fp32_adapters, layers=4)
+
+
+def _saved(targets: list[str], fp32_adapters: bool, *, layers: int) -> int:
     import transformers
     from peft import LoraConfig, get_peft_model
 
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**CONFIG),
+    config = {**CONFIG, "num_hidden_layers": layers}
+    model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**config),
                                                           attn_implementation="sdpa").to(torch.bfloat16)  # fmt: skip
     model = get_peft_model(model, LoraConfig(r=RANK, lora_alpha=2 * RANK, target_modules=targets),
                            autocast_adapter_dtype=fp32_adapters)  # fmt: skip
@@ -55,22 +62,23 @@ def measured(targets: list[str], *, fp32_adapters: bool) -> int:
         return sum(saved.values())
 
 
-def predicted(targets: list[str]) -> float:
+def predicted(targets: list[str], *, fp32_adapters: bool = True) -> float:
     arch = arch_from_hf_config(CONFIG)
     job = parse_job({"kind": "transformer", "model": arch.model_dump(exclude_none=True), "seq_len": SEQ,
                      "micro_batch": BATCH, "precision": "bf16-pure", "steps": 1, "method": "lora",
-                     "lora": {"rank": RANK, "targets": targets}})  # fmt: skip
-    return block_activation_bytes(job, arch, effective_knobs(job, get_catalog()))
+                     "lora": {"rank": RANK, "targets": targets}, "knobs": {"lora_fp32_adapters": fp32_adapters}})  # fmt: skip
+    return block_activation_bytes(job, arch, effective_knobs(job, get_catalog())) / CONFIG["num_hidden_layers"]
 
 
 def main() -> None:
     warnings.filterwarnings("ignore")
-    per = SEQ * BATCH * CONFIG["num_hidden_layers"]
+    per = SEQ * BATCH
     print(f"bytes per token per block (hidden {CONFIG['hidden_size']}, SwiGLU {CONFIG['intermediate_size']}, rank {RANK})")
-    print(f"{'targets':28} {'trainplan':>9} {'PEFT fp32':>10} {'PEFT bf16':>10} {'fp32/trainplan':>15}")
+    print(f"{'targets':28} {'PEFT fp32':>10} {'trainplan':>10} {'err':>7} {'PEFT bf16':>10} {'trainplan':>10} {'err':>7}")
     for targets in TARGETS:
-        p, f, b = predicted(targets) / per, measured(targets, fp32_adapters=True) / per, measured(targets, fp32_adapters=False) / per
-        print(f"{'+'.join(targets):28} {p:9.0f} {f:10.0f} {b:10.0f} {f / p - 1:+15.1%}")
+        f, pf = measured(targets, fp32_adapters=True) / per, predicted(targets) / per
+        b, pb = measured(targets, fp32_adapters=False) / per, predicted(targets, fp32_adapters=False) / per
+        print(f"{'+'.join(targets):28} {f:10.0f} {pf:10.0f} {pf / f - 1:+7.1%} {b:10.0f} {pb:10.0f} {pb / b - 1:+7.1%}")
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ KNOB_TYPES: dict[str, type | tuple[type, ...]] = {
     "qlora_fp32_params": bool,
     "tf32_matmul": bool,
     "fused_kernels": str,
+    "lora_fp32_adapters": bool,
 }
 KNOB_VALUES = {
     "loss": {"full", "chunked", "fused"},

@@ -183,6 +183,9 @@ class StackKnobs(BaseModel):
     # with compile: whether the loss is compiled too (torchtune's compile_loss, torchtitan's "loss" compile component,
     # an HF model's own loss inside its compiled forward) or runs eagerly after a compiled model (a hand-written loop)
     compile_loss: bool | None = None
+    # LoRA through PEFT: adapters in fp32 beside a 16-bit base (get_peft_model's autocast_adapter_dtype, the default
+    # since PEFT 0.11), each adapted layer keeping its own copy of its input cast for lora_A
+    lora_fp32_adapters: bool | None = None
     # activation_checkpointing: selective the Megatron-Core way — the submodules each layer recomputes (RecomputeModule)
     recompute_modules: list[RecomputeModule] | None = None
 

@@ -147,7 +147,7 @@ def test_activation_offloading_moves_activations_to_the_host() -> None:
     from trainplan.estimate.transformer import block_activation_bytes
     from trainplan.catalog import resolve_model
 
-    assert moved == pytest.approx(block_activation_bytes(off, resolve_model("llama-2-7b")) * 30 / 32)
+    assert moved == pytest.approx(block_activation_bytes(off, resolve_model("llama-2-7b"), effective_knobs(off, cat)) * 30 / 32)
 
 
 def test_paged_8bit_state_is_counted_on_the_host() -> None:

@@ -257,6 +257,35 @@ def norm_saved_bytes_per_token(hidden: int, norm: str, precision: Precision, *, 
     return hidden * e + 8
 
 
+@dataclass(frozen=True)
+class LoraSaves:
+    """What a LoRA job's frozen 16-bit block keeps around its adapted layers (memory.layer_activation_bytes).
+
+    A linear whose weight does not train keeps nothing of its input (autograd saves a matmul's input only for its
+    weight's gradient, ``derivatives.yaml`` ``mm``), so an input stays only for the ``lora_A`` that reads it — shared
+    by the layers that read one input (q, k, v; gate, up) — or for a bitsandbytes 4-bit layer, whose ``MatMul4Bit``
+    keeps its input whenever either operand needs a gradient (``base_keeps_inputs``).  PEFT's adapters are fp32
+    beside a 16-bit base since PEFT 0.11 (``get_peft_model(autocast_adapter_dtype=True)``, PR #1706), and each
+    adapted layer casts its input to the adapter's dtype (``_cast_input_dtype``) for ``lora_A``, which keeps that copy
+    — its own, not shared: ``input_copy_bytes`` per element (4 in pure 16-bit precision; under autocast ``lora_A``
+    keeps autocast's 16-bit cast of it instead; 0 where ``lora_A`` reads the shared input).  ``lora_B`` keeps
+    ``lora_A``'s output (``adapter_out_bytes`` × rank).  Measured byte by byte against PEFT on a small Llama with
+    saved-tensor hooks (``benchmarks/lora_saved_bytes.py``, ``tests/estimate/test_lora_saves.py``)."""
+
+    qkv: int  # of q, k, v, how many are adapted
+    o: bool
+    gate_up: int  # of gate and up (a GELU MLP's up alone), how many
+    down: bool
+    rank: int
+    input_copy_bytes: float = 0.0
+    adapter_out_bytes: float = 2.0
+    base_keeps_inputs: bool = False
+
+    @property
+    def adapted(self) -> int:
+        return self.qkv + int(self.o) + self.gate_up + int(self.down)
+
+
 def layer_activation_bytes(
     *,
     seq_len: int,
@@ -279,6 +308,7 @@ def layer_activation_bytes(
     fused_kernels: FusedKernels = FusedKernels.NONE,
     down_proj_keeps_input: bool = True,
     gelu_python: bool = False,
+    lora: LoraSaves | None = None,
     split: list[tuple[float, float]] | None = None,
 ) -> float:
     """Activation bytes one transformer block keeps for backward (Korthikanti et al. 2022, eq. 1, term by term).
@@ -323,6 +353,10 @@ def layer_activation_bytes(
     ops that autocast to float32 (``torch.amp`` docs), so it keeps an fp32 copy of ``x`` and everything after it up to
     the last product is fp32 by type promotion: fp32 ``x``, ``tanh`` output and ``1 + tanh`` (4 bytes each),
     ``0.5 * x`` and the projection's 16-bit cast of the result (e each) — 12 + 2e bytes per element.
+    ``lora``: a LoRA job's frozen block (:class:`LoraSaves`): the QKV and MLP inputs, the down projection's input and
+    the output projection's copy stay only for an adapted layer (or a 4-bit one) that reads them, each fp32 adapter
+    keeps its own copy of its input, and a frozen SwiGLU keeps 3e·f (SiLU's input, its output and up's, for ``mul``),
+    a GELU e·f.  Not with fused kernels, compile or a Python GELU (their own counts above).
     ``attention_output_copy``: PyTorch's fused SDPA kernel keeps its own output
     ``(B, H, S, D)`` for backward, and the output projection keeps the
     contiguous ``(B, S, H·D)`` copy that ``transpose(1, 2).contiguous()`` (or
@@ -352,6 +386,17 @@ def layer_activation_bytes(
         keeps_product = fused_kernels is FusedKernels.LIGER and down_proj_keeps_input
         intermediates = 3 if keeps_product else 2
     mlp_bytes = e * hidden + intermediates * e * ffn_hidden
+    qkv_input = mlp_input = e * hidden
+    if lora is not None and not compiled and not fused and not gelu_python:
+        c, keep = lora.input_copy_bytes, lora.base_keeps_inputs
+        qkv_input = (e * hidden if keep or (lora.qkv and not c) else 0.0) + lora.qkv * c * hidden
+        mlp_input = (e * hidden if keep or (lora.gate_up and not c) else 0.0) + lora.gate_up * c * hidden
+        attn_linear += qkv_input - e * hidden
+        if lora.o and c:  # o_proj's lora_A keeps its own copy; the 16-bit one only a 4-bit o_proj keeps
+            attn_linear += c * q_dim - (e * q_dim if attention_output_copy and not keep else 0.0)
+        product = (e if keep or (lora.down and not c) else 0.0) + (c if lora.down else 0.0)
+        mlp_bytes = mlp_input + ((3 if mlp == "swiglu" else 1) * e + product) * ffn_hidden
+        mlp_bytes += lora.adapted * lora.rank * lora.adapter_out_bytes
     masks = 2.0 * hidden if dropout else 0.0  # 1-byte masks after attention and after the MLP
     if checkpointing is Checkpointing.SELECTIVE:
         core = 4.0 * heads if flash_attention else 0.0  # attention core recomputed (Korthikanti Sec. 4.2)
@@ -359,7 +404,7 @@ def layer_activation_bytes(
     # and first MLP projections (the norms' outputs, full width h) and the dropout masks — 10·sbh for a GPT block,
     # replicated on every tensor-parallel rank unless sequence parallelism shards them; the rest lies inside the
     # column/row-parallel pairs and divides by the tensor-parallel degree.
-    replicated = norms + 2 * e * hidden + masks
+    replicated = norms + qkv_input + mlp_input + masks
     total = norms + attn_linear + core + mlp_bytes + masks
     if split is not None:
         split.append((tokens * replicated, tokens * (total - replicated)))

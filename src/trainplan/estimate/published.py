@@ -106,12 +106,16 @@ def framework_knobs(rec: dict[str, Any]) -> dict[str, Any]:
     The Hugging Face Trainer's default ``optim`` is ``adamw_torch_fused`` only with torch 2.8 or later
     (``training_args.py``: ``if is_torch_greater_or_equal_than_2_8: default_optim = "adamw_torch_fused"``, else
     ``adamw_torch``, the foreach AdamW): an ``hf-trainer`` record whose framework names an earlier torch runs foreach,
-    unless it states otherwise (the stack's default follows the current release).
+    unless it states otherwise (the stack's default follows the current release).  Likewise PEFT's fp32 adapters
+    (``autocast_adapter_dtype=True``) arrived in PEFT 0.11: a record naming an earlier PEFT has 16-bit adapters.
     """
     knobs: dict[str, Any] = {}
-    torch = _stated_torch_version(rec)
+    torch = _stated_version(rec, "torch")
     if record_stack(rec) == "hf-trainer" and torch is not None and torch < (2, 8):
         knobs["fused_optimizer"] = False  # the Trainer's optim is adamw_torch (foreach) before torch 2.8
+    peft = _stated_version(rec, "peft")
+    if peft is not None and peft < (0, 11):
+        knobs["lora_fp32_adapters"] = False  # PEFT casts adapters to fp32 from 0.11 (autocast_adapter_dtype, PR #1706)
     titan = "torchtitan" in str(rec.get("framework", "")).lower()
     if titan and rec.get("activation_checkpointing") == "selective":
         knobs["selective_recompute"] = "alternate-matmuls"
@@ -120,9 +124,11 @@ def framework_knobs(rec: dict[str, Any]) -> dict[str, Any]:
     return knobs
 
 
-def _stated_torch_version(rec: dict[str, Any]) -> tuple[int, int] | None:
-    """(major, minor) of the torch a record's framework names ("torch 2.4.1", "torch==2.1.0", "PyTorch 2.1"), else None."""
-    found = re.search(r"(?:^|[^\w.])(?:py)?torch\s*(?:==|=|\s)\s*v?(\d+)\.(\d+)", str(rec.get("framework", "")), re.I)
+def _stated_version(rec: dict[str, Any], package: str) -> tuple[int, int] | None:
+    """(major, minor) of a package a record's framework names ("torch 2.4.1", "torch==2.1.0", "PyTorch 2.1",
+    "peft 0.10.0"), else None."""
+    prefix = "(?:py)?torch" if package == "torch" else re.escape(package)
+    found = re.search(rf"(?:^|[^\w.]){prefix}\s*(?:==|=|\s)\s*v?(\d+)\.(\d+)", str(rec.get("framework", "")), re.I)
     return (int(found.group(1)), int(found.group(2))) if found else None
 
 

@@ -23,7 +23,8 @@ from trainplan.strategies import Engine
 KNOB_NAMES = ("loss", "loss_chunks", "loss_chunk_tokens", "compile", "optimizer_in_backward", "activation_offloading",
               "fused_optimizer", "paged_optimizer", "unsharded_accumulation", "frozen_weight_gradients",
               "frozen_weights_fp32", "loss_upcast", "fused_kernels", "qlora_fp32_params", "tf32_matmul", "fp8_all_gather",
-              "selective_recompute", "moe_fp32_combine", "compile_loss", "recompute_modules")  # fmt: skip
+              "selective_recompute", "moe_fp32_combine", "compile_loss", "recompute_modules",
+              "lora_fp32_adapters")  # fmt: skip
 _ENUMS = (LossImpl, FusedKernels, SelectiveRecompute)
 # Megatron-Core's default recompute_modules (TransformerConfig: default ["core_attn"])
 MEGATRON_DEFAULT_MODULES = frozenset({RecomputeModule.CORE_ATTN})
@@ -54,6 +55,8 @@ class Knobs:
     compile_loss: bool = False  # the loss is compiled with the model (only meaningful with compile)
     # selective checkpointing Megatron-Core's way (attention-core): the submodules each layer recomputes
     recompute_modules: frozenset[RecomputeModule] = MEGATRON_DEFAULT_MODULES
+    lora_fp32_adapters: bool = False  # PEFT's fp32 adapters beside a 16-bit base (their input copies)
+    peft_lora: bool = False  # the stack's LoRA layers are PEFT's (stacks.yaml lora_implementation)
     engines: tuple[Engine, ...] = (Engine.TORCH, Engine.FSDP, Engine.DEEPSPEED)
     notes: tuple[str, ...] = ()  # which explicit knob overrode which stack default
 
@@ -97,7 +100,7 @@ def effective_knobs(job: TorchJob | TransformerJob, catalog: Catalog) -> Knobs:
         raise SpecError("applies to language-model (kind: transformer) jobs; a torch job's loss is its `loss:` function",
                         field="knobs.loss")  # fmt: skip
     for key in ("frozen_weights_fp32", "loss_upcast", "fused_kernels", "qlora_fp32_params", "selective_recompute",
-                "moe_fp32_combine", "compile_loss", "recompute_modules"):
+                "moe_fp32_combine", "compile_loss", "recompute_modules", "lora_fp32_adapters"):
         if isinstance(job, TorchJob) and key in explicit:
             raise SpecError("applies to language-model (kind: transformer) jobs; a traced model keeps what its own code "
                             "keeps", field=f"knobs.{key}")  # fmt: skip
@@ -145,6 +148,8 @@ def effective_knobs(job: TorchJob | TransformerJob, catalog: Catalog) -> Knobs:
         # with compile on: the stack's rule (stacks.yaml), else compiled with the model
         compile_loss=bool(merged.get("compile", False)) and bool(merged.get("compile_loss", True)),
         recompute_modules=MEGATRON_DEFAULT_MODULES if modules is None else frozenset(RecomputeModule(m) for m in modules),
+        lora_fp32_adapters=bool(merged.get("lora_fp32_adapters", False)),
+        peft_lora=entry.get("lora_implementation") == "peft",
         engines=tuple(Engine(e) for e in entry.get("engines", [e.value for e in Engine])),
         notes=tuple(notes),
     )

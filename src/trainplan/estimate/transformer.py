@@ -16,6 +16,7 @@ from trainplan.estimate.compose import compose
 from trainplan.estimate.hf_check import CountMismatch, check_model_file
 from trainplan.estimate.compute import memory_bound_bytes_per_token, training_step_flops
 from trainplan.estimate.memory import (
+    LoraSaves,
     checkpointed_activation_bytes,
     dequantized_weight_bytes,
     frozen_weight_cast_bytes,
@@ -170,6 +171,7 @@ def layer_split(job: TransformerJob, arch: ModelArch, k: Knobs, ffn_hidden: int)
         fused_kernels=k.fused_kernels,
         gelu_python=arch.gelu_python,
         down_proj_keeps_input=job.lora_spec is None or "down_proj" in arch_mod.lora_targets(arch, job.lora_spec),
+        lora=_lora_saves(job, arch, k),
         split=split,
     )
     replicated, sharded = split[0]
@@ -251,6 +253,22 @@ def module_recomputed_params(job: TransformerJob, arch: ModelArch, k: Knobs) -> 
             per_expert = sum(i * o for _, i, o in arch_mod.expert_tensor_shapes(arch).values())
             total += layers * (arch.hidden * arch.moe.experts + arch.moe.top_k * per_expert)
     return float(total)
+
+
+def _lora_saves(job: TransformerJob, arch: ModelArch, k: Knobs) -> LoraSaves | None:
+    """What a LoRA job's frozen block keeps around its adapters (memory.LoraSaves), for PEFT's LoRA layers, whose saves
+    were measured; None for full training and for a stack's own LoRA layers (torchtune, LitGPT), counted as before."""
+    if job.lora_spec is None or not k.peft_lora:
+        return None
+    adapted = arch_mod.lora_targets(arch, job.lora_spec)
+    bnb = job.method is Method.QLORA and k.stack is not Stack.TORCHTUNE  # torchtune's linear_nf4 keeps only the weight
+    fp32_adapters = k.lora_fp32_adapters and job.precision is not Precision.FP32
+    e = job.precision.compute_bytes
+    copy = (4.0 if not job.precision.mixed else e) if fp32_adapters else 0.0
+    return LoraSaves(qkv=sum(n in adapted for n in ("q_proj", "k_proj", "v_proj")), o="o_proj" in adapted,
+                     gate_up=sum(n in adapted for n in ("gate_proj", "up_proj")), down="down_proj" in adapted,
+                     rank=job.lora_spec.rank, input_copy_bytes=copy, adapter_out_bytes=4.0 if fp32_adapters else e,
+                     base_keeps_inputs=bnb)  # fmt: skip
 
 
 def mla_latent_bytes_per_token(arch: ModelArch, precision: Precision) -> float:
