@@ -31,12 +31,12 @@ TARGETS = (["q_proj"], ["o_proj"], ["q_proj", "v_proj"], ["q_proj", "k_proj", "v
            ["down_proj"], ["gate_proj", "up_proj", "down_proj"])  # fmt: skip
 
 
-def measured(targets: list[str], *, fp32_adapters: bool) -> float:
+def measured(targets: list[str], *, fp32_adapters: bool, dropout: float = 0.0) -> float:
     """Bytes one more block adds (5 blocks less 4): a block past the first adapted one, whose input needs a gradient."""
-    return _saved(targets, fp32_adapters, layers=5) - _saved(targets, fp32_adapters, layers=4)
+    return _saved(targets, fp32_adapters, dropout, layers=5) - _saved(targets, fp32_adapters, dropout, layers=4)
 
 
-def _saved(targets: list[str], fp32_adapters: bool, *, layers: int) -> int:
+def _saved(targets: list[str], fp32_adapters: bool, dropout: float, *, layers: int) -> int:
     import transformers
     from peft import LoraConfig, get_peft_model
 
@@ -44,7 +44,7 @@ def _saved(targets: list[str], fp32_adapters: bool, *, layers: int) -> int:
     config = {**CONFIG, "num_hidden_layers": layers}
     model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**config),
                                                           attn_implementation="sdpa").to(torch.bfloat16)  # fmt: skip
-    model = get_peft_model(model, LoraConfig(r=RANK, lora_alpha=2 * RANK, target_modules=targets),
+    model = get_peft_model(model, LoraConfig(r=RANK, lora_alpha=2 * RANK, target_modules=targets, lora_dropout=dropout),
                            autocast_adapter_dtype=fp32_adapters)  # fmt: skip
     model.train()
     blocks = model.base_model.model.model  # the decoder blocks and the final norm
@@ -62,11 +62,12 @@ def _saved(targets: list[str], fp32_adapters: bool, *, layers: int) -> int:
         return sum(saved.values())
 
 
-def predicted(targets: list[str], *, fp32_adapters: bool = True) -> float:
+def predicted(targets: list[str], *, fp32_adapters: bool = True, dropout: float = 0.0) -> float:
     arch = arch_from_hf_config(CONFIG)
     job = parse_job({"kind": "transformer", "model": arch.model_dump(exclude_none=True), "seq_len": SEQ,
                      "micro_batch": BATCH, "precision": "bf16-pure", "steps": 1, "method": "lora",
-                     "lora": {"rank": RANK, "targets": targets}, "knobs": {"lora_fp32_adapters": fp32_adapters}})  # fmt: skip
+                     "lora": {"rank": RANK, "targets": targets, "dropout": dropout},
+                     "knobs": {"lora_fp32_adapters": fp32_adapters}})  # fmt: skip
     return block_activation_bytes(job, arch, effective_knobs(job, get_catalog())) / CONFIG["num_hidden_layers"]
 
 

@@ -216,6 +216,8 @@ class LoraSpec(BaseModel):
     rank: PositiveInt = 8
     alpha: PositiveFloat | None = None
     targets: tuple[str, ...] = ("q_proj", "v_proj")
+    # PEFT's lora_dropout: each adapter drops its own copy of its input (and keeps the mask) before lora_A
+    dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
 
     @field_validator("targets")
     @classmethod

@@ -39,3 +39,37 @@ def test_the_fp32_copies_are_the_difference() -> None:
     # q alone: the fp32 copy (4·h) and fp32 lora_A output (4·r) replace the shared bf16 input (2·h) and 2·r
     h, r = bench.CONFIG["hidden_size"], bench.RANK
     assert bench.predicted(["q_proj"]) - bench.predicted(["q_proj"], fp32_adapters=False) == PER * (2 * h + 2 * r)
+
+
+@pytest.mark.parametrize("fp32_adapters", [True, False], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("targets", bench.TARGETS, ids="+".join)
+def test_lora_dropout_keeps_each_adapters_dropped_copy_and_its_mask(targets: list[str], fp32_adapters: bool) -> None:
+    """With lora_dropout each adapter keeps its own dropped copy and the mask.  trainplan counts CUDA's mask (a bool
+    from native_dropout); the CPU fallback this runs on keeps a noise tensor of the input's dtype instead, so the
+    measurement exceeds the count by exactly (dtype bytes − 1) per adapted input element — and by nothing else."""
+    from trainplan.estimate import architecture as arch_mod
+    from trainplan.hfconfig import arch_from_hf_config
+    from trainplan.spec import LoraSpec
+
+    fan_in = sum(i for i, _ in arch_mod.lora_targets(arch_from_hf_config(bench.CONFIG), LoraSpec(targets=tuple(targets))).values())
+    cpu_noise = (4 if fp32_adapters else 2) - 1
+    measured = bench.measured(targets, fp32_adapters=fp32_adapters, dropout=0.1)
+    assert measured - bench.predicted(targets, fp32_adapters=fp32_adapters, dropout=0.1) == pytest.approx(PER * fan_in * cpu_noise)
+    assert bench.predicted(targets, fp32_adapters=fp32_adapters, dropout=0.1) > bench.predicted(targets, fp32_adapters=fp32_adapters)
+
+
+def test_dropout_outside_peft_is_refused_naming_the_field() -> None:
+    from trainplan.catalog import get_catalog
+    from trainplan.errors import SpecError
+    from trainplan.estimate.transformer import resolve_transformer
+    from trainplan.spec import parse_job
+
+    job = {"kind": "transformer", "model": "llama-2-7b", "seq_len": 512, "micro_batch": 1, "steps": 1, "method": "lora",
+           "lora": {"rank": 8, "dropout": 0.05}}  # fmt: skip
+    resolve_transformer(parse_job({**job, "stack": "hf-trainer"}), get_catalog())  # PEFT: modelled
+    for stack in ("torchtune", "litgpt"):
+        with pytest.raises(SpecError, match="PEFT") as err:
+            resolve_transformer(parse_job({**job, "stack": stack}), get_catalog())
+        assert err.value.field == "lora.dropout"
+    with pytest.raises(SpecError, match="lora.dropout"):
+        parse_job({**job, "lora": {"rank": 8, "dropout": 1.0}})

@@ -280,6 +280,19 @@ class LoraSaves:
     input_copy_bytes: float = 0.0
     adapter_out_bytes: float = 2.0
     base_keeps_inputs: bool = False
+    # lora_dropout > 0: each adapter drops its (cast) input into a copy of its own, which lora_A keeps, and the
+    # dropout keeps its mask — a bool on CUDA (native_dropout; CPU's fallback keeps a noise tensor of the input's dtype)
+    dropout: bool = False
+    dropout_mask_bytes: float = 1.0
+
+    def own_bytes(self, e: float) -> float:
+        """Bytes per input element an adapted layer keeps of its own (its cast copy, its dropped copy and mask)."""
+        c = self.input_copy_bytes
+        return c + ((self.dropout_mask_bytes + (0.0 if c else e)) if self.dropout else 0.0)
+
+    def shares_input(self, n: int) -> bool:
+        """Whether the 16-bit input a group of n adapted layers reads stays for them."""
+        return self.base_keeps_inputs or (n > 0 and not self.input_copy_bytes and not self.dropout)
 
     @property
     def adapted(self) -> int:
@@ -388,13 +401,13 @@ def layer_activation_bytes(
     mlp_bytes = e * hidden + intermediates * e * ffn_hidden
     qkv_input = mlp_input = e * hidden
     if lora is not None and not compiled and not fused and not gelu_python:
-        c, keep = lora.input_copy_bytes, lora.base_keeps_inputs
-        qkv_input = (e * hidden if keep or (lora.qkv and not c) else 0.0) + lora.qkv * c * hidden
-        mlp_input = (e * hidden if keep or (lora.gate_up and not c) else 0.0) + lora.gate_up * c * hidden
+        own = lora.own_bytes(e)
+        qkv_input = (e * hidden if lora.shares_input(lora.qkv) else 0.0) + lora.qkv * own * hidden
+        mlp_input = (e * hidden if lora.shares_input(lora.gate_up) else 0.0) + lora.gate_up * own * hidden
         attn_linear += qkv_input - e * hidden
-        if lora.o and c:  # o_proj's lora_A keeps its own copy; the 16-bit one only a 4-bit o_proj keeps
-            attn_linear += c * q_dim - (e * q_dim if attention_output_copy and not keep else 0.0)
-        product = (e if keep or (lora.down and not c) else 0.0) + (c if lora.down else 0.0)
+        if lora.o and own:  # o_proj's lora_A keeps its own copy; the 16-bit one only a 4-bit o_proj keeps
+            attn_linear += own * q_dim - (e * q_dim if attention_output_copy and not lora.base_keeps_inputs else 0.0)
+        product = (e if lora.shares_input(int(lora.down)) else 0.0) + (own if lora.down else 0.0)
         mlp_bytes = mlp_input + ((3 if mlp == "swiglu" else 1) * e + product) * ffn_hidden
         mlp_bytes += lora.adapted * lora.rank * lora.adapter_out_bytes
     masks = 2.0 * hidden if dropout else 0.0  # 1-byte masks after attention and after the MLP

@@ -33,7 +33,7 @@ from trainplan.estimate.stack import Knobs, effective_knobs
 from trainplan.estimate.steptime import matmul_efficiency
 from trainplan.model import ModelArch
 from trainplan.errors import SpecError
-from trainplan.spec import (Checkpointing, FlashAttention, Method, Precision, RecomputeModule, SelectiveRecompute, Stack,
+from trainplan.spec import (Checkpointing, FlashAttention, FusedKernels, Method, Precision, RecomputeModule, SelectiveRecompute, Stack,
                             TransformerJob)  # fmt: skip
 from trainplan.strategies import Strategy
 
@@ -75,6 +75,14 @@ def resolve_transformer(job: TransformerJob, catalog: Catalog | None = None) -> 
         raise SpecError("combines routed experts' outputs in fp32: it needs a mixture-of-experts model, and this one is "
                         "dense", field="knobs.moe_fp32_combine")  # fmt: skip
     _check_recompute_modules(job, arch)
+    if job.lora_spec is not None and job.lora_spec.dropout > 0 and (k.compile or k.fused_kernels is not FusedKernels.NONE
+                                                                    or arch.gelu_python):
+        raise SpecError("is modelled for eager PEFT LoRA layers; with compile, fused kernels or a Python GELU what the "
+                        "dropout keeps has not been measured", field="lora.dropout")  # fmt: skip
+    if job.lora_spec is not None and job.lora_spec.dropout > 0 and not k.peft_lora:
+        raise SpecError(f"is modelled for PEFT's LoRA layers (stacks plain, hf-trainer, accelerate, deepspeed, "
+                        f"llm-foundry); {job.stack.value}'s own LoRA layers with dropout have not been measured",
+                        field="lora.dropout")  # fmt: skip
     fp32_base = (job.precision.mixed and k.frozen_weights_fp32) or (job.method is Method.QLORA and k.qlora_fp32_params)
     e16 = 4 if job.precision is Precision.FP32 or fp32_base else 2
     fp32_bytes = 0.0
@@ -268,7 +276,7 @@ def _lora_saves(job: TransformerJob, arch: ModelArch, k: Knobs) -> LoraSaves | N
     return LoraSaves(qkv=sum(n in adapted for n in ("q_proj", "k_proj", "v_proj")), o="o_proj" in adapted,
                      gate_up=sum(n in adapted for n in ("gate_proj", "up_proj")), down="down_proj" in adapted,
                      rank=job.lora_spec.rank, input_copy_bytes=copy, adapter_out_bytes=4.0 if fp32_adapters else e,
-                     base_keeps_inputs=bnb)  # fmt: skip
+                     base_keeps_inputs=bnb, dropout=job.lora_spec.dropout > 0)  # fmt: skip
 
 
 def mla_latent_bytes_per_token(arch: ModelArch, precision: Precision) -> float:

@@ -113,6 +113,10 @@ def apply_lora(
         quantized = tuple(
             _weight_of(m).numel() for n, m in model.named_modules() if n and _is_linear(m) and m is not head
         )
+    if getattr(lora, "dropout", 0.0):
+        # a CPU trace would keep the CPU dropout's noise tensors, not CUDA's bool masks (tests/estimate/test_lora_saves.py)
+        raise ValueError("lora.dropout is counted by the formulas (memory.LoraSaves); a trace does not model it — "
+                         "trace with dropout 0")  # fmt: skip
     rank = int(lora.rank)
     alpha = float(lora.alpha if lora.alpha is not None else rank)
     backend = lora_backend

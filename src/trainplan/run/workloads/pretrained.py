@@ -283,7 +283,7 @@ def save_final(state: dict[str, torch.Tensor], checkpoint: Path, out: Path, *, l
         from peft import LoraConfig, get_peft_model
 
         model = get_peft_model(model, LoraConfig(r=lora.rank, lora_alpha=lora.alpha or 2 * lora.rank,
-                                                 target_modules=lora_targets))
+                                                 lora_dropout=getattr(lora, "dropout", 0.0), target_modules=lora_targets))
     if lora is not None:
         # only the adapter is saved: the base stays the checkpoint's (a QLoRA base is held in 4 bit, which
         # an adapter is not saved against — it loads onto the checkpoint, quantized again or not)

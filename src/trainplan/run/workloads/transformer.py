@@ -63,7 +63,7 @@ def finish_model(model: torch.nn.Module, job: TransformerJob, arch: ModelArch) -
         from peft import LoraConfig, get_peft_model
 
         model = get_peft_model(model, LoraConfig(r=lora.rank, lora_alpha=lora.alpha or 2 * lora.rank,
-                                                 target_modules=lora_targets(job, arch)))
+                                                 lora_dropout=lora.dropout, target_modules=lora_targets(job, arch)))
     return model
 
 
