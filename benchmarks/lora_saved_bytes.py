@@ -15,6 +15,7 @@ trainplan's ``transformer.block_activation_bytes`` for the same job (precision b
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 import torch
 
@@ -48,7 +49,14 @@ def _saved(targets: list[str], fp32_adapters: bool, dropout: float, *, layers: i
                            autocast_adapter_dtype=fp32_adapters)  # fmt: skip
     model.train()
     blocks = model.base_model.model.model  # the decoder blocks and the final norm
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    embeds = blocks.embed_tokens(torch.randint(1, CONFIG["vocab_size"], (BATCH, SEQ))).detach()
+    return saved_bytes(model, lambda: blocks(inputs_embeds=embeds))
+
+
+def saved_bytes(module: torch.nn.Module, step: Callable[[], object]) -> int:
+    """Bytes of the distinct storages autograd saves while ``step()`` runs ``module`` (its parameters excluded); what
+    ``step`` returns is held until the count is taken, so no saved storage is freed and its address reused."""
+    params = {p.untyped_storage().data_ptr() for p in module.parameters()}
     saved: dict[int, int] = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
@@ -56,9 +64,8 @@ def _saved(targets: list[str], fp32_adapters: bool, dropout: float, *, layers: i
             saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
         return t
 
-    embeds = blocks.embed_tokens(torch.randint(1, CONFIG["vocab_size"], (BATCH, SEQ))).detach()
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = blocks(inputs_embeds=embeds)  # noqa: F841 — held while counting: no saved storage is freed and reused
+        out = step()  # noqa: F841 — held: its graph keeps every saved storage alive until the sum
         return sum(saved.values())
 
 

@@ -206,21 +206,11 @@ def test_a_moe_config_plans_with_every_expert_in_memory(tmp_path: Path) -> None:
 
 
 def _saved_bytes(module, step):  # noqa: ANN001, ANN202
-    """Bytes of the distinct storages autograd saves while ``step()`` runs ``module`` (its parameters excluded); what
-    ``step`` returns is held until the count is taken, so no saved storage is freed and reused meanwhile."""
-    import torch
+    """The saved-tensor counter of benchmarks/lora_saved_bytes.py (bytes autograd saves while ``step()`` runs)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from lora_saved_bytes import saved_bytes
 
-    params = {p.untyped_storage().data_ptr() for p in module.parameters()}
-    saved: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        if t.untyped_storage().data_ptr() not in params:
-            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = step()  # noqa: F841 — held: its graph keeps every saved storage alive until the sum
-    return sum(saved.values())
+    return saved_bytes(module, step)
 
 
 def _moe_block_saved_and_expected(model_type: str, block_cls: object, h: int, f: int, experts: int, k: int,
