@@ -36,8 +36,11 @@ FROZEN = {
     "published_heldout8.yaml": "d712f1c44be3b91b264577efacdc2bc88bdd350484974f59f7d69888a23f7f3d",
     # the ninth: collected 2026-12-05 (session 9), the first clean judge of session 8's changes
     "published_heldout9.yaml": "dcc65a96a86bcd96f4910f1f3f46a5174dfc55e0ff3df46f1d080e27fe98ac05",
+    # the tenth: collected 2026-12-05 (session 9), the first clean judge of the LoRA count measured against PEFT
+    "published_heldout10.yaml": "7f519263144319e67928308b2e1c1d17b0eefa1dfb555c3dd998830735095927",
 }
-HELDOUT, HELDOUT2, HELDOUT3, HELDOUT4, HELDOUT5, HELDOUT6, HELDOUT7, HELDOUT8, HELDOUT9 = (DATA / name for name in FROZEN)
+HELDOUT, HELDOUT2, HELDOUT3, HELDOUT4, HELDOUT5, HELDOUT6, HELDOUT7, HELDOUT8, HELDOUT9, HELDOUT10 = (
+    DATA / name for name in FROZEN)
 IN_SAMPLE = ("published_llm.yaml", "published_stacks.yaml")
 
 
@@ -90,6 +93,13 @@ def test_the_later_sets_are_usable_and_new() -> None:
     assert len({r["id"] for r in ninth}) == len(ninth) == 20 and not {r["id"] for r in ninth} & set(ids)
     for rec in ninth:  # every record sourced, its figure a peak
         assert rec["source"] and rec["notes"] and any(k.startswith("peak_memory") for k in rec["measured"]), rec["id"]
+    tenth = yaml.safe_load(HELDOUT10.read_text())
+    assert not {r["id"] for r in tenth} & ({r["id"] for r in ninth} | set(ids))
+    cited9 = cited8 + " ".join(str(r.get("source")) for r in ninth)
+    for rec in tenth:  # LoRA rows of a CSV no earlier record cites, each sourced, its figure a peak
+        assert rec["method"] == "lora" and "a100_80gb_update_cross_entropy_and_deps.csv" in str(rec["source"])
+        assert rec["source"] and rec["notes"] and any(k.startswith("peak_memory") for k in rec["measured"]), rec["id"]
+    assert "a100_80gb_update_cross_entropy_and_deps.csv" not in cited9 + in_sample_text
     for rec in fourth:  # kept whole, the configurations trainplan cannot express included (reported as not modelled)
         assert rec["source"] and rec["notes"] and rec["measured"], rec["id"]
         assert rec["measured"].get("fits") is False or rec["measured"].get("peak_memory_gib"), rec["id"]
