@@ -27,6 +27,7 @@ All results are bytes.  Nothing here knows about hardware prices or ranking.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from trainplan.spec import Checkpointing, FusedKernels, LossImpl, Optimizer, Precision, SelectiveRecompute
 from trainplan.strategies import Engine, Strategy, ZeroStage
@@ -283,12 +284,12 @@ class LoraSaves:
     # lora_dropout > 0: each adapter drops its (cast) input into a copy of its own, which lora_A keeps, and the
     # dropout keeps its mask — a bool on CUDA (native_dropout; CPU's fallback keeps a noise tensor of the input's dtype)
     dropout: bool = False
-    dropout_mask_bytes: float = 1.0
+    DROPOUT_MASK_BYTES: ClassVar[float] = 1.0
 
     def own_bytes(self, e: float) -> float:
         """Bytes per input element an adapted layer keeps of its own (its cast copy, its dropped copy and mask)."""
         c = self.input_copy_bytes
-        return c + ((self.dropout_mask_bytes + (0.0 if c else e)) if self.dropout else 0.0)
+        return c + ((self.DROPOUT_MASK_BYTES + (0.0 if c else e)) if self.dropout else 0.0)
 
     def shares_input(self, n: int) -> bool:
         """Whether the 16-bit input a group of n adapted layers reads stays for them."""

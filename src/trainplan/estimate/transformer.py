@@ -210,8 +210,9 @@ def megatron_modules(job: TransformerJob, k: Knobs) -> frozenset[RecomputeModule
 
 def _block_checkpointing(job: TransformerJob, k: Knobs) -> Checkpointing:
     """What memory.layer_activation_bytes counts: Megatron's selective without ``core_attn`` keeps the core."""
-    if job.activation_checkpointing is Checkpointing.SELECTIVE and not _keeps_matmul_outputs(job, k):
-        return Checkpointing.SELECTIVE if RecomputeModule.CORE_ATTN in k.recompute_modules else Checkpointing.NONE
+    megatron = job.activation_checkpointing is Checkpointing.SELECTIVE and not _keeps_matmul_outputs(job, k)
+    if megatron and RecomputeModule.CORE_ATTN not in k.recompute_modules:
+        return Checkpointing.NONE
     return job.activation_checkpointing
 
 
@@ -341,7 +342,7 @@ def routed_expert_bytes(job: TransformerJob, arch: ModelArch, *, fp32_combine: b
     if job.lora_spec is None:
         per_routed = 2 * e * h + 4 * e * f + 28 + combine - (2 * e * f if act_recomputed else 0.0)
     else:
-        per_routed = e * h + 3 * e * m.expert_ffn_hidden + 28
+        per_routed = e * h + 3 * e * f + 28
     return tokens * (m.top_k * (per_routed + 12) + 4 * m.experts + 4)
 
 
