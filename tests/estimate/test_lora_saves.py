@@ -73,3 +73,20 @@ def test_dropout_outside_peft_is_refused_naming_the_field() -> None:
         assert err.value.field == "lora.dropout"
     with pytest.raises(SpecError, match="lora.dropout"):
         parse_job({**job, "lora": {"rank": 8, "dropout": 1.0}})
+
+
+def test_the_adapter_dtype_knob_is_refused_where_it_means_nothing() -> None:
+    """knobs.lora_fp32_adapters describes PEFT's adapters: on a full fine-tune, or a stack with its own LoRA layers,
+    it would be read and ignored — refused in one line instead."""
+    from trainplan.catalog import get_catalog
+    from trainplan.errors import SpecError
+    from trainplan.estimate.stack import effective_knobs
+    from trainplan.spec import parse_job
+
+    base = {"kind": "transformer", "model": "llama-2-7b", "seq_len": 512, "micro_batch": 1, "steps": 1,
+            "knobs": {"lora_fp32_adapters": False}}  # fmt: skip
+    assert not effective_knobs(parse_job({**base, "method": "lora", "stack": "hf-trainer"}), get_catalog()).lora_fp32_adapters
+    for data, words in (({"method": "full"}, "method lora or qlora"), ({"method": "lora", "stack": "torchtune"}, "its own")):
+        with pytest.raises(SpecError, match=words) as err:
+            effective_knobs(parse_job({**base, **data}), get_catalog())
+        assert err.value.field == "knobs.lora_fp32_adapters"

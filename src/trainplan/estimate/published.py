@@ -114,7 +114,7 @@ def framework_knobs(rec: dict[str, Any]) -> dict[str, Any]:
     if record_stack(rec) == "hf-trainer" and torch is not None and torch < (2, 8):
         knobs["fused_optimizer"] = False  # the Trainer's optim is adamw_torch (foreach) before torch 2.8
     peft = _stated_version(rec, "peft")
-    if peft is not None and peft < (0, 11):
+    if peft is not None and peft < (0, 11) and rec.get("method") in ("lora", "qlora"):
         knobs["lora_fp32_adapters"] = False  # PEFT casts adapters to fp32 from 0.11 (autocast_adapter_dtype, PR #1706)
     titan = "torchtitan" in str(rec.get("framework", "")).lower()
     if titan and rec.get("activation_checkpointing") == "selective":

@@ -118,6 +118,13 @@ def effective_knobs(job: TorchJob | TransformerJob, catalog: Catalog) -> Knobs:
             notes.append(f"knobs.recompute_modules: Megatron-Core's selective granularity overrides "
                          f"{job.stack.value}'s selective_recompute ({merged.get('selective_recompute')})")
             merged["selective_recompute"] = SelectiveRecompute.ATTENTION_CORE.value
+    if "lora_fp32_adapters" in explicit and isinstance(job, TransformerJob):
+        if job.lora_spec is None:
+            raise SpecError("says what dtype PEFT gives LoRA adapters: it applies to method lora or qlora",
+                            field="knobs.lora_fp32_adapters")  # fmt: skip
+        if entry.get("lora_implementation") != "peft":
+            raise SpecError(f"says what dtype PEFT gives LoRA adapters; {job.stack.value}'s LoRA layers are its own, "
+                            "not PEFT's", field="knobs.lora_fp32_adapters")  # fmt: skip
     if merged.get("fp8_all_gather") and job.precision is not Precision.FP8:
         raise SpecError("all-gathers the float8 linears' weights in FP8: it needs precision: fp8", field="knobs.fp8_all_gather")
     if "compile_loss" in explicit and not merged.get("compile"):
