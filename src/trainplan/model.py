@@ -28,6 +28,7 @@ def _no_bool(v: Any) -> Any:
 # Bounded so that no arithmetic downstream overflows (a 400-digit seq_len, tokens: .inf or 1e308 are typos, not jobs):
 # 2**53 is the largest integer a float holds exactly; 1e18 is far above any real count (tokens, prices, hours).
 PositiveInt = Annotated[int, BeforeValidator(_no_bool), Field(gt=0, lt=2**53)]
+NonNegativeInt = Annotated[int, BeforeValidator(_no_bool), Field(ge=0, lt=2**53)]
 PositiveFloat = Annotated[float, Field(gt=0, lt=1e18, allow_inf_nan=False)]
 
 # Position-embedding table length when neither the architecture nor the job gives one

@@ -31,7 +31,7 @@ from pydantic import (
 
 from trainplan.catalog import Catalog, resolve_model
 from trainplan.errors import SpecError
-from trainplan.model import STRICT, ModelArch, PositiveFloat, PositiveInt
+from trainplan.model import STRICT, ModelArch, NonNegativeInt, PositiveFloat, PositiveInt
 from trainplan.zoo import FACTORY, ZOO, check_resolution
 
 # --------------------------------------------------------------------------- enums
@@ -188,6 +188,11 @@ class StackKnobs(BaseModel):
     lora_fp32_adapters: bool | None = None
     # activation_checkpointing: selective the Megatron-Core way — the submodules each layer recomputes (RecomputeModule)
     recompute_modules: list[RecomputeModule] | None = None
+    # pipeline parallel: how many blocks' worth of the split the embedding (first) and the output layer (last) take
+    # (torchtitan's pipeline_parallel_first_stage_less_layers / _last_stage_less_layers, default 1 each; Megatron-Core's
+    # account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split); 0: blocks only
+    pipeline_first_stage_less_layers: NonNegativeInt | None = None
+    pipeline_last_stage_less_layers: NonNegativeInt | None = None
 
 
 class TabularLibrary(str, Enum):

@@ -23,8 +23,11 @@ from trainplan.estimate.hardware import hardware_for_gpu
 from trainplan.estimate.parallel import (
     block_activation_bytes,
     bubble_fraction,
+    chunk_layers,
     in_flight_microbatches,
     layout_error,
+    rank_layers,
+    stage_layers,
     stage_loads,
 )
 from trainplan.estimate.transformer import transformer_profile
@@ -219,6 +222,85 @@ def test_pipeline_in_flight_and_bubble() -> None:
     assert bubble_fraction(Layout(8, 8, tp=8), 32) == 0.0
 
 
+def test_in_flight_per_rank_follows_the_schedules_warm_up() -> None:
+    """1F1B: rank r holds p − r micro-batches (its p − r − 1 warm-up forwards and the one in hand); interleaved:
+    Megatron-Core's warm-up of (p − r − 1)·2 + (v − 1)·p chunk forwards plus one, over v chunks."""
+    lay = Layout(8, 8, tp=8, pp=8)
+    assert [in_flight_microbatches(lay, 64, r) for r in range(8)] == [8, 7, 6, 5, 4, 3, 2, 1]
+    assert in_flight_microbatches(lay, 3, 1) == 3  # fewer micro-batches than the warm-up
+    inter = Layout(8, 8, tp=8, pp=8, vpp=2)
+    assert in_flight_microbatches(inter, 64, 7) == pytest.approx((8 + 1) / 2)  # the last rank: (v − 1)·p + 1 chunks
+    assert in_flight_microbatches(inter, 2, 0) == pytest.approx(2)  # capped at every chunk of every micro-batch
+
+
+def llama3_405b_split(**knobs: int):
+    job = parse_job({"kind": "transformer", "model": "llama-3.1-405b", "method": "full", "seq_len": 8192,
+                     "micro_batch": 1, "global_batch": 2048, "precision": "bf16", "optimizer": "adamw",
+                     "activation_checkpointing": "none", "tokens": 1e9, "knobs": knobs})  # fmt: skip
+    split = transformer_profile(job, CAT).split
+    assert split is not None and split.layers == 126
+    return job, split
+
+
+def test_embedding_and_head_counted_as_blocks_give_llama3s_split() -> None:
+    """torchtitan's defaults (first / last stage less layers 1): 126 blocks + 2 over 16 stages deal 8 each, the
+    first and last giving one to the embedding and the head — 7, 8, …, 8, 7, Meta's split (Dubey et al. 2024, Sec.
+    3.3.2).  With neither counted the even split puts the remainder first."""
+    _, split = llama3_405b_split(pipeline_first_stage_less_layers=1, pipeline_last_stage_less_layers=1)
+    lay = Layout(8, 1024, tp=8, pp=16, sequence_parallel=True)
+    assert chunk_layers(split, lay) == (7,) + (8,) * 14 + (7,)
+    assert stage_layers(split, lay) == 8
+    _, plain = llama3_405b_split()
+    assert chunk_layers(plain, lay) == (8,) * 14 + (7,) * 2
+    # torchtitan's own docstring case: 32 blocks + 2 over 4 stages is 9, 9, 8, 8 less the embedding and head
+    _, split = llama3_405b_split(pipeline_first_stage_less_layers=1, pipeline_last_stage_less_layers=1)
+    small = replace(split, layers=32)
+    assert chunk_layers(small, Layout(4, 1, pp=4)) == (8, 9, 8, 7)
+    # interleaved: rank r holds chunks r and r + pp
+    assert chunk_layers(small, Layout(4, 1, pp=4, vpp=2)) == (4, 5, 4, 4, 4, 4, 4, 3)
+    assert rank_layers(small, Layout(4, 1, pp=4, vpp=2)) == (8, 9, 8, 7)
+
+
+def test_the_most_loaded_rank_can_be_the_second() -> None:
+    """With the first stage one block short, rank 1 (8 blocks × 15 micro-batches in flight) holds more activations
+    than rank 0 (7 × 16): the loads include it, and the estimate's peak is the larger."""
+    _, split = llama3_405b_split(pipeline_first_stage_less_layers=1, pipeline_last_stage_less_layers=1)
+    lay = Layout(8, 1024, tp=8, pp=16, sequence_parallel=True)
+    loads = {ld.name: ld for ld in stage_loads(split, lay, 32)}
+    assert set(loads) == {"first", "second", "last"}
+    per_block = block_activation_bytes(split, lay, moe=False)
+    assert loads["second"].activations == pytest.approx(15 * 8 * per_block)
+    assert loads["first"].activations > 16 * 7 * per_block  # plus the embedding's own
+    assert loads["second"].activations > loads["first"].activations
+
+
+def test_embedding_weight_larger_than_a_chunk_is_refused() -> None:
+    """torchtitan's own check: the embedding's (or head's) share may not exceed the smallest chunk's units."""
+    _, split = llama3_405b_split(pipeline_first_stage_less_layers=5)
+    err = layout_error(split, Layout(8, 32, tp=8, pp=32), Strategy.FSDP)  # 131 units over 32: chunks of 4
+    assert err is not None and err[0] == "knobs.pipeline_first_stage_less_layers" and "at most" in err[1]
+    assert layout_error(split, Layout(8, 16, tp=8, pp=16), Strategy.FSDP) is None  # chunks of 8
+
+
+def test_fsdp_under_a_pipeline_keeps_the_stage_gathered() -> None:
+    """torch.distributed.pipelining turns an FSDP stage's reshard_after_backward and gradient sync off until the
+    last backward, and torchtitan does not reshard after forward under PP: the stage's 16-bit parameters and its
+    unsharded (fp32-reduced) gradients are held — fsdp and fsdp-grad-op then hold the same, unlike at pp = 1."""
+    job = gpt_job(global_batch=64)
+    prof = transformer_profile(job, CAT)
+    hw = hardware_for_gpu(find_accelerator("A100-80GB", CAT), CAT, gpus=8, nodes=8)
+    piped = replace(hw, layout=Layout(8, 8, tp=8, pp=4, sequence_parallel=True))
+    full, grad_op = (compose(job, prof, piped, s, CAT) for s in (Strategy.FSDP, Strategy.FSDP_GRAD_OP))
+    assert full.memory.weights == pytest.approx(grad_op.memory.weights)
+    assert full.memory.gradients == pytest.approx(grad_op.memory.gradients)
+    params = stage_loads(prof.split, piped.layout, 64 // 2)[0].dense_params
+    assert full.memory.gradients == pytest.approx(params * 4)  # unsharded, fp32 (mixed precision's reduce dtype)
+    assert full.memory.weights >= params * 2  # the gathered 16-bit copy, plus the fp32 shards
+    flat = replace(hw, layout=Layout(8, 8, tp=8, sequence_parallel=True))
+    full1, grad_op1 = (compose(job, prof, flat, s, CAT) for s in (Strategy.FSDP, Strategy.FSDP_GRAD_OP))
+    assert full1.memory.weights < grad_op1.memory.weights
+
+
 def test_uneven_stages_take_the_ceiling() -> None:
     """126 layers on 16 stages: the fullest stage has 8 blocks (Llama 3's layout)."""
     job = parse_job({"kind": "transformer", "model": "llama-3.1-405b", "method": "full", "seq_len": 8192,
@@ -339,6 +421,14 @@ def test_bad_layouts_get_one_line_and_exit_2(capsys: pytest.CaptureFixture[str],
     assert code == 2
     lines = [ln for ln in err.strip().splitlines() if ln]
     assert len(lines) == 1 and lines[0].startswith(f"error: {field}:"), err
+    assert "Traceback" not in err
+
+
+def test_a_pipeline_knob_too_large_for_the_layout_is_one_line(capsys: pytest.CaptureFixture[str], job405: Path) -> None:
+    job405.write_text(job405.read_text() + "knobs: {pipeline_first_stage_less_layers: 5}\n")
+    code = main(["estimate", str(job405), "--gpu", "H100-80GB", "--gpus", "8", "--nodes", "32", "--tp", "8", "--pp", "32"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: knobs.pipeline_first_stage_less_layers:") and len(err.strip().splitlines()) == 1
     assert "Traceback" not in err
 
 

@@ -103,7 +103,7 @@ def test_launch_renders_without_torch(target: str, tmp_path: Path) -> None:
     if target == "torchtitan":
         job = tmp_path / "job.yaml"
         job.write_text(example_path("llama3-405b-pretrain.yaml").read_text().replace("precision: bf16", "precision: fp8"))
-        args = ["--gpu", "H100-80GB", "--gpus", "8", "--nodes", "32", "--tp", "8", "--pp", "4", "--strategy", "fsdp",
+        args = ["--gpu", "H100-80GB", "--gpus", "8", "--nodes", "64", "--tp", "8", "--pp", "16", "--strategy", "fsdp",
                 "--master-addr", "h0"]  # fmt: skip
     else:
         job = example_path("llama7b-sft.yaml")

@@ -186,3 +186,28 @@ def test_the_recompute_modules_the_plan_was_estimated_with_are_rendered(tmp_path
     argv = render(resolve(tmp_path, job, gpu="H100-80GB", gpus=8, ep=4, strategy="ddp")).commands[0].argv
     i = argv.index("--recompute-modules")
     assert argv[i - 1] == "selective" and list(argv[i + 1:i + 3]) == ["layernorm", "moe_act"]
+
+
+def test_embedding_and_loss_counted_in_the_pipeline_split_are_rendered(tmp_path: Path) -> None:
+    """knobs.pipeline_first/last_stage_less_layers 1 (the split torchtitan and Meta's Llama 3 use) is Megatron-Core's
+    --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split: 80 layers + 2 over 2 stages
+    render and Megatron Core accepts them; over 4 stages (82 is not a multiple) or with virtual stages they are refused."""
+    job = {**PRETRAIN_70B, "knobs": {**PRETRAIN_70B["knobs"], "pipeline_first_stage_less_layers": 1,
+                                     "pipeline_last_stage_less_layers": 1}}  # fmt: skip
+    plan = resolve(tmp_path, job, gpu="H100-80GB", gpus=8, nodes=4, tp=8, pp=2, sequence_parallel=True,
+                   strategy="zero1", options=NODE0)  # fmt: skip
+    a = args_of(render(plan).commands[0].argv)
+    assert "--account-for-embedding-in-pipeline-split" in a and "--account-for-loss-in-pipeline-split" in a
+    if megatron_core_available():
+        config = check_with_megatron_core(arguments(plan, check(plan)))
+        assert config.account_for_embedding_in_pipeline_split and config.account_for_loss_in_pipeline_split
+    for i, (degrees, message) in enumerate([({"pp": 4}, "82 in all"), ({"pp": 2, "vpp": 2}, "without virtual stages")]):
+        (tmp_path / str(i)).mkdir()
+        bad = resolve(tmp_path / str(i), job, gpu="H100-80GB", gpus=8, nodes=4, tp=8, sequence_parallel=True,
+                      strategy="zero1", options=NODE0, **degrees)  # fmt: skip
+        with pytest.raises(SpecError, match=message):
+            render(bad)
+    (tmp_path / "p").mkdir()
+    plain = args_of(render(resolve(tmp_path / "p", PRETRAIN_70B, gpu="H100-80GB", gpus=8, nodes=4, tp=8, pp=2,
+                                   sequence_parallel=True, strategy="zero1", options=NODE0)).commands[0].argv)  # fmt: skip
+    assert "--account-for-embedding-in-pipeline-split" not in plain

@@ -94,6 +94,23 @@ def test_layout_batch_and_recipe_are_rendered(tmp_path: Path) -> None:
     assert not any("set stack" in n for n in render(titan).notes)
 
 
+def test_the_plans_pipeline_split_is_torchtitans(tmp_path: Path) -> None:
+    """stack torchtitan counts the embedding and head as a block each (its defaults, knobs.pipeline_*_stage_less_layers
+    1): 32 blocks + 2 over 4 stages are 9 units a stage (torchtitan deals 9, 9, 8, 8 and gives the first and last one
+    back), as the plan estimated; over 8 stages no size gives 8, and torchtitan's own one-stage-per-rank count does."""
+    job = {**PRETRAIN_8B, "stack": "torchtitan"}
+    a = args_of(render(resolve(tmp_path, job, gpu="H100-80GB", gpus=8, pp=4, strategy="fsdp")).commands[0].argv)
+    assert a["--parallelism.pipeline-parallel-layers-per-stage"] == "9"
+    assert (a["--parallelism.pipeline-parallel-first-stage-less-layers"],
+            a["--parallelism.pipeline-parallel-last-stage-less-layers"]) == ("1", "1")  # fmt: skip
+    a = args_of(render(resolve(tmp_path, job, out="o8", gpu="H100-80GB", gpus=8, pp=8, strategy="fsdp")).commands[0].argv)
+    assert "--parallelism.pipeline-parallel-layers-per-stage" not in a
+    assert a["--parallelism.pipeline-parallel-schedule"] == "1F1B"
+    plain = args_of(render(resolve(tmp_path, PRETRAIN_8B, out="p", gpu="H100-80GB", gpus=8, pp=4, strategy="fsdp")).commands[0].argv)
+    assert plain["--parallelism.pipeline-parallel-layers-per-stage"] == "8"
+    assert plain["--parallelism.pipeline-parallel-first-stage-less-layers"] == "0"
+
+
 def test_data_parallel_strategies_map_to_replicate_and_shard(tmp_path: Path) -> None:
     # no torchtitan model fits one GPU's memory under DDP (an 8B keeps 120 GiB of model states): the fsdp plan with its
     # strategy swapped shows the mapping
@@ -114,10 +131,10 @@ def test_refusals_are_one_line(tmp_path: Path) -> None:
         ({**PRETRAIN_8B, "method": "lora"}, {}, "trains all weights"),
         ({**PRETRAIN_8B, "precision": "fp16"}, {}, "no equivalent"),
         ({**PRETRAIN_8B, "optimizer": "adafactor"}, {}, "train with AdamW"),  # it would train AdamW regardless
-        ({**PRETRAIN_8B, "model": "llama-3.1-405b", "global_batch": 2048}, {"gpus": 8, "nodes": 32, "tp": 8, "pp": 8},
+        ({**PRETRAIN_8B, "model": "llama-3.1-405b", "global_batch": 2048}, {"gpus": 8, "nodes": 64, "tp": 8, "pp": 16},
          "set precision: fp8"),
         (PRETRAIN_8B, {"strategy": "zero2"}, "FSDP2, not DeepSpeed"),
-        (PRETRAIN_8B, {"pp": 6, "vpp": 2, "gpus": 6}, "no size gives"),  # 32 blocks make 11 stages of 3 or 8 of 4, not 12
+        (PRETRAIN_8B, {"pp": 4, "vpp": 3, "gpus": 4}, "no size gives"),  # 32 blocks make 11 stages of 3 or 8 of 4, not 12
     ]
     for i, (job, request, message) in enumerate(cases):
         request = {"gpu": "H100-80GB", "gpus": 8, "strategy": "fsdp", **request}
@@ -307,3 +324,27 @@ def test_the_torchtitan_stack_is_what_torchtitan_configures(tmp_path: Path) -> N
         assert read["loss"] == "ChunkedLossWrapper.Config" and knobs["loss"] == LossImpl.FUSED_LINEAR.value
         assert (read["implementation"] == "fused") is knobs["fused_optimizer"]
         assert read["compile"] is knobs["compile"]
+
+
+def test_the_pipeline_split_equals_torchtitans_own() -> None:
+    """trainplan's chunk_layers (estimate/parallel.py) against torchtitan 0.3.0's _generate_llm_fqn_per_model_part on
+    the same counts: blocks per stage, embedding and head weighted 0 or 1, even and uneven."""
+    from trainplan.estimate.parallel import chunk_layers
+    from trainplan.estimate.transformer import transformer_profile
+    from trainplan.spec import parse_job
+    from trainplan.strategies import Layout
+
+    python = titan_python()
+    cases = [(32, 4, 1, 1), (126, 16, 1, 1), (32, 8, 0, 0), (30, 8, 1, 1), (32, 12, 1, 0), (61, 8, 1, 1), (80, 10, 2, 1)]
+    code = ("import json, sys\nfrom torchtitan.distributed.pipeline_parallel import _generate_llm_fqn_per_model_part as g\n"
+            "print(json.dumps([[sum(n.startswith('layers.') for n in stage) for stage in g(s, n, a, b)]"
+            " for n, s, a, b in json.loads(sys.argv[1])]))")  # fmt: skip
+    done = subprocess.run([python, "-c", code, json.dumps(cases)], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    theirs = json.loads(done.stdout.strip().splitlines()[-1])
+    split = transformer_profile(parse_job(PRETRAIN_8B), get_catalog()).split
+    assert split is not None
+    for (layers, stages, first, last), expected in zip(cases, theirs):
+        ours = chunk_layers(replace(split, layers=layers, first_stage_less=first, last_stage_less=last),
+                            Layout(stages, 1, pp=stages))  # fmt: skip
+        assert list(ours) == expected, (layers, stages, first, last)

@@ -151,10 +151,18 @@ def parallel_step_memory(job: TorchJob | TransformerJob, profile: StepProfile, h
     p = profile.params
     shard_over = layout.data_parallel * layout.cp
     gathered_block = local_block_params(p.largest_block, profile.split, layout)
+    # Under a pipeline schedule FSDP keeps a stage's parameters gathered and its gradients unsharded until the step's
+    # last backward: torch.distributed.pipelining's stage turns an FSDP module's reshard_after_backward and
+    # requires_gradient_sync off for every backward but the last (stage.py backward_maybe_with_nosync), and
+    # torchtitan's default policy does not reshard after forward under PP either (parallelize.py:
+    # reshard_after_forward = not pp_enabled; Dubey et al. 2024, Sec. 3.3.2, likewise for Llama 3) — SHARD_GRAD_OP's
+    # parameters with no_sync's gradients, whatever the strategy's own resharding.
+    pipelined_fsdp = layout.pp > 1 and engine is Engine.FSDP
+    held = Strategy.FSDP_GRAD_OP if pipelined_fsdp else strategy
     peaks = []
     for load in stage_loads(profile.split, layout, micro_steps):
-        common = dict(frozen_bytes=0.0, precision=job.precision, optimizer=job.optimizer, strategy=strategy,
-                      adafactor_elems_per_param=p.factored_state_elems)  # fmt: skip
+        common = dict(frozen_bytes=0.0, precision=job.precision, optimizer=job.optimizer, strategy=held,
+                      adafactor_elems_per_param=p.factored_state_elems, unsharded_gradients=pipelined_fsdp)  # fmt: skip
         if layout.ep == 1:  # the experts shard like every other parameter
             states = model_state_bytes(trainable_params=load.dense_params + load.expert_params, world_size=shard_over, **common)  # type: ignore[arg-type]
         else:
@@ -168,7 +176,7 @@ def parallel_step_memory(job: TorchJob | TransformerJob, profile: StepProfile, h
         local = load.dense_params + load.expert_params
         share = local / max(1, p.total)
         autocast = profile.memory.autocast_copies * share if engine is Engine.TORCH else 0.0
-        buffers = _sharding_buffers(job, profile, strategy, gathered_block, shard_over, on_cuda=_on_cuda(hw))
+        buffers = _sharding_buffers(job, profile, held, gathered_block, shard_over, on_cuda=_on_cuda(hw))
         forward_temporaries = autocast + buffers[0]
         optimizer_temporaries = 0.0 if engine is Engine.DEEPSPEED else (
             profile.memory.optimizer_temporaries * share / (shard_over if strategy.shards_optimizer else 1))

@@ -32,6 +32,7 @@ no combination of degrees has a special case.  Sources:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from trainplan.estimate.comms import Links, collective_seconds
 from trainplan.strategies import Layout, Strategy, ZeroStage
@@ -72,13 +73,17 @@ class ModelSplit:
     # one layer's saves that Megatron's checkpointed modules (recompute_modules mlp / moe / shared_experts) rebuild
     # while that layer's backward runs (transformer.module_recompute_working)
     recompute_working: float = 0.0
+    # blocks' worth of the pipeline split the embedding and the output layer take (knobs.pipeline_first_stage_less_layers /
+    # pipeline_last_stage_less_layers; :func:`chunk_layers`)
+    first_stage_less: int = 0
+    last_stage_less: int = 0
 
 
 @dataclass(frozen=True)
 class StageLoad:
     """One pipeline stage's rank: its parameters (dense and routed experts) and its activations at the peak."""
 
-    name: str  # "first", "last" or "only"
+    name: str  # "first", "second", "last" or "only"
     dense_params: float  # on this rank (divided by tp)
     expert_params: float  # on this rank (divided by ep)
     activations: float  # bytes kept for backward at the stage's peak
@@ -93,6 +98,14 @@ def layout_error(split: ModelSplit, layout: Layout, strategy: Strategy) -> tuple
         return "--pp", f"pipeline parallel degree {layout.pp} exceeds the model's {split.layers} layers"
     if layout.pp * layout.vpp > split.layers:
         return "--vpp", f"pp × vpp = {layout.pp * layout.vpp} model chunks exceed the model's {split.layers} layers"
+    units = split.layers + split.first_stage_less + split.last_stage_less
+    if layout.pp > 1 and max(split.first_stage_less, split.last_stage_less) > units // (layout.pp * layout.vpp):
+        # torchtitan's own check (generate_llm_fqn_per_model_part: "input_weight exceeds minimum layers per stage")
+        field = "first" if split.first_stage_less > units // (layout.pp * layout.vpp) else "last"
+        return f"knobs.pipeline_{field}_stage_less_layers", (
+            f"the embedding and the output layer count as {split.first_stage_less} and {split.last_stage_less} blocks of "
+            f"chunks of {units // (layout.pp * layout.vpp)} (the {split.layers} blocks and their shares over pp × vpp = "
+            f"{layout.pp * layout.vpp}); each must be at most that")
     if layout.cp > 1 and split.seq_len % (2 * layout.cp):
         # load-balanced causal context parallelism cuts the sequence in 2·cp chunks (Megatron Core CP docs)
         return "--cp", f"context parallel degree {layout.cp}: 2 × cp must divide seq_len {split.seq_len}"
@@ -118,12 +131,45 @@ def _divisors(n: int) -> str:
     return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
 
 
+def chunk_layers(split: ModelSplit, layout: Layout) -> tuple[int, ...]:
+    """Blocks in each of the pp·v model chunks, in pipeline order, as torchtitan cuts them
+    (``distributed/pipeline_parallel.py`` ``generate_llm_fqn_per_model_part``): the embedding counts as
+    ``first_stage_less`` blocks and the output layer as ``last_stage_less``, the L + first + last units are dealt out
+    evenly with the remainder to the earliest chunks, and the first and last chunk give the embedding's and the output
+    layer's share back.  With both at 0 (trainplan's own run, ``run/runtime/model_parallel.py`` ``chunk_bounds``) it
+    is the even split with the remainder first; with 1 and 1 (torchtitan's defaults) Llama 3 405B's 126 blocks on 16
+    stages come out 7, 8, …, 8, 7 — the split Meta states (Dubey et al. 2024, Sec. 3.3.2: "we reduce one Transformer
+    layer each from the first and the last stages"), and Megatron-Core's ``account_for_embedding_in_pipeline_split``
+    / ``account_for_loss_in_pipeline_split``.  A negative count means the embedding or head outweighs a chunk."""
+    return _chunk_layers(split.layers, split.first_stage_less, split.last_stage_less, layout.pp * layout.vpp)
+
+
+@lru_cache(maxsize=4096)
+def _chunk_layers(layers: int, first: int, last: int, chunks: int) -> tuple[int, ...]:
+    if chunks == 1:
+        return (layers,)
+    base, extra = divmod(layers + first + last, chunks)
+    sizes = [base + (1 if i < extra else 0) for i in range(chunks)]
+    sizes[0] -= first
+    sizes[-1] -= last
+    return tuple(sizes)
+
+
+def rank_layers(split: ModelSplit, layout: Layout) -> tuple[int, ...]:
+    """Blocks on each pipeline rank: rank r holds chunks r, r + pp, … (the interleaved placement, Narayanan et al.
+    2021, Sec. 2.2.2; torch.distributed.pipelining's loop style)."""
+    return _rank_layers(split.layers, split.first_stage_less, split.last_stage_less, layout.pp, layout.vpp)
+
+
+@lru_cache(maxsize=4096)
+def _rank_layers(layers: int, first: int, last: int, pp: int, vpp: int) -> tuple[int, ...]:
+    sizes = _chunk_layers(layers, first, last, pp * vpp)
+    return tuple(sum(sizes[r::pp]) for r in range(pp))
+
+
 def stage_layers(split: ModelSplit, layout: Layout) -> int:
-    """Blocks on the most loaded pipeline rank: ceil(L / (pp·v))·v.  Uneven splits put the remainder on some stages
-    (Llama 3 runs 126 layers on 16 stages with 7 on the first and last, 8 on the others: Dubey et al. 2024,
-    Sec. 3.3.2); the slowest stage sets the pace and the fullest one the memory."""
-    chunks = layout.pp * layout.vpp
-    return -(-split.layers // chunks) * layout.vpp
+    """Blocks on the busiest pipeline rank (:func:`chunk_layers`): the slowest stage sets the pace."""
+    return max(rank_layers(split, layout))
 
 
 def rank_flops_share(split: ModelSplit, layout: Layout) -> float:
@@ -132,15 +178,18 @@ def rank_flops_share(split: ModelSplit, layout: Layout) -> float:
     return layout.tp * layout.cp * split.layers / stage_layers(split, layout)
 
 
-def in_flight_microbatches(layout: Layout, micro_steps: int) -> float:
-    """Micro-batches whose activations the first stage holds at once: min(m, p) under 1F1B, p·(1 + (p − 1)/(p·v))
-    interleaved (Korthikanti Sec. 4.2.3; Megatron's ``interleaved_schedule_memory_penalty``)."""
+def in_flight_microbatches(layout: Layout, micro_steps: int, rank: int = 0) -> float:
+    """Micro-batches whose activations pipeline rank ``rank`` holds at once, in units of all its blocks: under 1F1B
+    min(m, p − rank) (its warm-up forwards and the one in hand: Narayanan et al. 2021, Sec. 2.2.1); interleaved, its
+    warm-up of (p − rank − 1)·2 + (v − 1)·p chunk forwards plus one (Megatron-Core ``schedules.py``
+    ``forward_backward_pipelining_with_interleaving``, at most m·v), over its v chunks — for rank 0 that is
+    p·(1 + (p − 1)/(p·v)), Korthikanti et al. 2022's interleaving factor (Sec. 4.2.3)."""
     p, v = layout.pp, layout.vpp
     if p == 1:
         return 1.0
     if v > 1:
-        return p * (1 + (p - 1) / (p * v))
-    return float(min(micro_steps, p))
+        return min((p - rank - 1) * 2 + (v - 1) * p + 1, micro_steps * v) / v
+    return float(min(micro_steps, p - rank))
 
 
 def block_activation_bytes(split: ModelSplit, layout: Layout, *, moe: bool) -> float:
@@ -156,44 +205,49 @@ def block_activation_bytes(split: ModelSplit, layout: Layout, *, moe: bool) -> f
 
 
 def stage_loads(split: ModelSplit, layout: Layout, micro_steps: int) -> tuple[StageLoad, ...]:
-    """The first and the last pipeline stage (one stage when pp = 1): the candidates for the most loaded rank."""
+    """The candidates for the most loaded rank (one when pp = 1): the first pipeline rank (the embedding, the most
+    micro-batches in flight), the second (the most in flight among ranks of full chunks when the first gives blocks to
+    the embedding; every later middle rank holds as many blocks or fewer, and fewer in flight) and the last (the
+    output layer and the loss)."""
     tp, pp, cp, ep = layout.tp, layout.pp, layout.cp, layout.ep
     seq_tp = tp if layout.sequence_parallel else 1
-    per_stage = stage_layers(split, layout)
     moe_share = split.moe_layers / split.layers if split.layers else 0.0
     dense_block = split.block_params / (split.layers + split.extra_last_layers)
     expert_block = split.expert_params / (split.moe_layers + _mtp_moe(split)) if split.moe_layers else 0.0
     dense_act = block_activation_bytes(split, layout, moe=False)
     moe_act = block_activation_bytes(split, layout, moe=True)
     layer_act = max(dense_act, moe_act) if split.moe_layers else dense_act
-    stage_layer_acts = per_stage * ((1 - moe_share) * dense_act + moe_share * moe_act)
-    if split.full_recompute:
-        # each block's input is kept (sequence-sharded under SP), one block at a time is recomputed
-        stage_layer_acts = per_stage * split.block_input / seq_tp / cp
+    per_block = (split.block_input / seq_tp / cp if split.full_recompute   # the checkpoint each block keeps
+                 else (1 - moe_share) * dense_act + moe_share * moe_act)  # fmt: skip
     head = (split.head_replicated / seq_tp + split.head_sharded / tp) / cp
     embed = split.embedding_activations / seq_tp / cp  # sequence-parallel: scattered over tp as it leaves the embedding
     # the block full recomputation rebuilds; or a checkpointed module's saves, divided over the sequence shards only
     # (the routed experts' are; a dense MLP's are tensor-parallel too: an upper bound under tp > 1)
     working = layer_act if split.full_recompute else split.recompute_working / seq_tp / cp
+    last_extra = split.extra_last_layers  # the multi-token-prediction modules sit after the last stage's blocks
+    per_rank = rank_layers(split, layout)
+    extra_acts = last_extra * (split.block_input / seq_tp / cp if split.full_recompute else moe_act)
 
-    def load(name: str, layers: float, moe_layers: float, first: bool, last: bool, in_flight: float,
-             layer_acts: float) -> StageLoad:  # fmt: skip
+    def load(name: str, rank: int) -> StageLoad:
+        first, last = rank == 0, rank == pp - 1
+        layers = per_rank[rank]
+        in_flight = in_flight_microbatches(layout, micro_steps, rank)
         dense = layers * dense_block + (split.embedding_params if first else 0.0)
         if last and (not first or not split.tied):
             dense += split.head_params
-        acts = in_flight * (layer_acts + (embed if first else 0.0)) + working + (head if last else 0.0)
+        acts = in_flight * (layers * per_block + (embed if first else 0.0)) + working + (head if last else 0.0)
+        moe_layers = layers * moe_share
+        if last:
+            dense += last_extra * dense_block
+            moe_layers += _mtp_moe(split)
+            acts += extra_acts
         return StageLoad(name, dense / tp, moe_layers * expert_block / ep, acts)
 
-    in_flight = in_flight_microbatches(layout, micro_steps)
     if pp == 1:
-        return (load("only", split.layers + split.extra_last_layers, split.moe_layers + _mtp_moe(split), True, True, 1.0,
-                     stage_layer_acts),)  # fmt: skip
-    stage_moe = per_stage * moe_share
-    last_extra = split.extra_last_layers  # the multi-token-prediction modules sit after the last stage's blocks
-    extra_acts = last_extra * (split.block_input / seq_tp / cp if split.full_recompute else moe_act)
-    first = load("first", per_stage, stage_moe, True, False, in_flight, stage_layer_acts)
-    last = load("last", per_stage + last_extra, stage_moe + _mtp_moe(split), False, True, 1.0, stage_layer_acts + extra_acts)
-    return first, last
+        return (load("only", 0),)
+    if pp == 2:
+        return load("first", 0), load("last", 1)
+    return load("first", 0), load("second", 1), load("last", pp - 1)
 
 
 def _mtp_moe(split: ModelSplit) -> float:

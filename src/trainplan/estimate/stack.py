@@ -24,7 +24,7 @@ KNOB_NAMES = ("loss", "loss_chunks", "loss_chunk_tokens", "compile", "optimizer_
               "fused_optimizer", "paged_optimizer", "unsharded_accumulation", "frozen_weight_gradients",
               "frozen_weights_fp32", "loss_upcast", "fused_kernels", "qlora_fp32_params", "tf32_matmul", "fp8_all_gather",
               "selective_recompute", "moe_fp32_combine", "compile_loss", "recompute_modules",
-              "lora_fp32_adapters")  # fmt: skip
+              "lora_fp32_adapters", "pipeline_first_stage_less_layers", "pipeline_last_stage_less_layers")  # fmt: skip
 _ENUMS = (LossImpl, FusedKernels, SelectiveRecompute)
 # Megatron-Core's default recompute_modules (TransformerConfig: default ["core_attn"])
 MEGATRON_DEFAULT_MODULES = frozenset({RecomputeModule.CORE_ATTN})
@@ -57,6 +57,9 @@ class Knobs:
     recompute_modules: frozenset[RecomputeModule] = MEGATRON_DEFAULT_MODULES
     lora_fp32_adapters: bool = False  # PEFT's fp32 adapters beside a 16-bit base (their input copies)
     peft_lora: bool = False  # the stack's LoRA layers are PEFT's (stacks.yaml lora_implementation)
+    # blocks' worth of a pipeline split the embedding and the output layer take (estimate/parallel.py chunk_layers)
+    pipeline_first_stage_less_layers: int = 0
+    pipeline_last_stage_less_layers: int = 0
     engines: tuple[Engine, ...] = (Engine.TORCH, Engine.FSDP, Engine.DEEPSPEED)
     notes: tuple[str, ...] = ()  # which explicit knob overrode which stack default
 
@@ -100,7 +103,8 @@ def effective_knobs(job: TorchJob | TransformerJob, catalog: Catalog) -> Knobs:
         raise SpecError("applies to language-model (kind: transformer) jobs; a torch job's loss is its `loss:` function",
                         field="knobs.loss")  # fmt: skip
     for key in ("frozen_weights_fp32", "loss_upcast", "fused_kernels", "qlora_fp32_params", "selective_recompute",
-                "moe_fp32_combine", "compile_loss", "recompute_modules", "lora_fp32_adapters"):
+                "moe_fp32_combine", "compile_loss", "recompute_modules", "lora_fp32_adapters",
+                "pipeline_first_stage_less_layers", "pipeline_last_stage_less_layers"):
         if isinstance(job, TorchJob) and key in explicit:
             raise SpecError("applies to language-model (kind: transformer) jobs; a traced model keeps what its own code "
                             "keeps", field=f"knobs.{key}")  # fmt: skip
@@ -157,6 +161,8 @@ def effective_knobs(job: TorchJob | TransformerJob, catalog: Catalog) -> Knobs:
         recompute_modules=MEGATRON_DEFAULT_MODULES if modules is None else frozenset(RecomputeModule(m) for m in modules),
         lora_fp32_adapters=bool(merged.get("lora_fp32_adapters", False)),
         peft_lora=entry.get("lora_implementation") == "peft",
+        pipeline_first_stage_less_layers=int(merged.get("pipeline_first_stage_less_layers", 0)),
+        pipeline_last_stage_less_layers=int(merged.get("pipeline_last_stage_less_layers", 0)),
         engines=tuple(Engine(e) for e in entry.get("engines", [e.value for e in Engine])),
         notes=tuple(notes),
     )

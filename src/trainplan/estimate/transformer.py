@@ -603,6 +603,8 @@ def model_split(job: TransformerJob, m: TransformerModel, knobs: Knobs) -> Model
         # (theoretical_memory_usage.py compute_activation_memory: 8·s·b and s·b·h per micro-batch in flight)
         embedding_activations=tokens * (8 + (arch.hidden if arch.dropout > 0 else 0)),
         recompute_working=module_recompute_working(job, arch, knobs),
+        first_stage_less=knobs.pipeline_first_stage_less_layers,
+        last_stage_less=knobs.pipeline_last_stage_less_layers,
     )
 
 

@@ -87,7 +87,7 @@ def layouts_for(job: TransformerJob, profile: StepProfile, hw: Hardware, catalog
     degrees = itertools.product(tensor_degrees(split, base.domain), context_degrees(split),
                                 expert_degrees(split, base.domain))  # fmt: skip
     for tp, cp, ep in degrees:
-        fewest = None
+        fewest: list[int] = []  # the fewest stages that fit; and, when that is 1, the fewest pipeline that fits
         for pp in POWERS:
             if pp > split.layers or tp * pp * cp > base.world_size:
                 break
@@ -96,18 +96,20 @@ def layouts_for(job: TransformerJob, profile: StepProfile, hw: Hardware, catalog
                     or layout_error(split, cand.layout, Strategy.FSDP):  # fmt: skip
                 continue
             m = micro_steps_of(job, cand)
-            if m >= pp and stage_loads(split, cand.layout, m)[0].activations > capacity:
+            if m >= pp and not split.first_stage_less and stage_loads(split, cand.layout, m)[0].activations > capacity:
                 # with m ≥ p micro-batches the first stage holds L/p blocks × p in flight: more stages
-                # do not shrink its activations (Korthikanti Sec. 4.2.3), so none of them fits either
+                # do not shrink its activations (Korthikanti Sec. 4.2.3), so none of them fits either (when the
+                # embedding takes blocks from the first stage, L/p − 1 blocks × p do shrink: no shortcut then)
                 break
-            if _fits(job, profile, cand, Strategy.FSDP, catalog):
-                fewest = pp
-                break
-        if fewest is None:
-            continue
+            # at pp = 1 FSDP holds the least; under a pipeline FSDP keeps the stage's parameters gathered and its
+            # gradients unsharded (estimate/compose.py parallel_step_memory), and ZeRO-1 mostly holds less: tried first
+            if any(_fits(job, profile, cand, s, catalog) for s in (SHARDINGS if pp > 1 else (Strategy.FSDP,))):
+                fewest.append(pp)
+                if pp > 1:
+                    break
         # the fewest stages that fit, and twice as many: under a pipeline schedule the data-parallel
         # collectives run once per step instead of once per micro-batch, which can beat the memory minimum
-        for pp in (fewest, 2 * fewest):
+        for pp in sorted({n for f in fewest for n in (f, 2 * f)}):
             for vpp in ((1, 2) if pp > 1 and split.layers >= 2 * pp else (1,)):
                 cand = _with_layout(hw, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, sequence_parallel=tp > 1)
                 if cand is None or pp > split.layers or not _batch_ok(job, cand):

@@ -151,6 +151,11 @@ def arguments(plan: LaunchPlan, arch: ModelArch) -> list[str]:
         args.append("--sequence-parallel")
     if layout.pp > 1 and layout.vpp > 1:
         args += ["--num-layers-per-virtual-pipeline-stage", str(arch.layers // (layout.pp * layout.vpp))]
+    first, last = _split_weights(plan)
+    if first:
+        args.append("--account-for-embedding-in-pipeline-split")
+    if last:
+        args.append("--account-for-loss-in-pipeline-split")
     if arch.moe is not None:
         args += ["--num-experts", str(arch.moe.experts), "--moe-router-topk", str(arch.moe.top_k),
                  "--moe-ffn-hidden-size", str(arch.moe.expert_ffn_hidden), "--moe-layer-freq", _moe_layer_freq(arch),
@@ -177,12 +182,36 @@ def arguments(plan: LaunchPlan, arch: ModelArch) -> list[str]:
     return args
 
 
+def _split_weights(plan: LaunchPlan) -> tuple[int, int]:
+    """Blocks' worth the embedding and the loss take in the pipeline split (knobs.pipeline_first_stage_less_layers /
+    _last_stage_less_layers): Megatron-Core counts each as one layer with ``--account-for-embedding-in-pipeline-split``
+    / ``--account-for-loss-in-pipeline-split`` (TransformerConfig), so 0 or 1 each, and without virtual stages (how
+    Megatron sizes interleaved chunks around them is not rendered here)."""
+    from trainplan.estimate.stack import effective_knobs
+
+    k = effective_knobs(plan.job, get_catalog())
+    first, last = k.pipeline_first_stage_less_layers, k.pipeline_last_stage_less_layers
+    if plan.layout.pp == 1:
+        return 0, 0
+    if first > 1 or last > 1:
+        raise unsupported(plan, "Megatron-LM counts the embedding and the loss as one layer each in the pipeline split "
+                                "(--account-for-embedding-in-pipeline-split, --account-for-loss-in-pipeline-split): "
+                                "knobs.pipeline_first_stage_less_layers and _last_stage_less_layers must be 0 or 1")  # fmt: skip
+    if (first or last) and plan.layout.vpp > 1:
+        raise unsupported(plan, "the embedding and loss counted as pipeline layers are rendered for Megatron-LM without "
+                                "virtual stages: use vpp 1 or set both pipeline_*_stage_less_layers knobs to 0")  # fmt: skip
+    return first, last
+
+
 def _check_layers(plan: LaunchPlan, arch: ModelArch) -> None:
     layout = plan.layout
     stages = layout.pp * layout.vpp
-    if layout.pp > 1 and arch.layers % stages:
-        raise unsupported(plan, f"Megatron-LM splits the {arch.layers} layers evenly over pp × vpp = {stages} stages: "
-                                "choose a layout whose stages divide the layers")  # fmt: skip
+    first, last = _split_weights(plan)
+    units = arch.layers + first + last
+    if layout.pp > 1 and units % stages:
+        counted = f"{arch.layers} layers" + (f" and the embedding / loss ({units} in all)" if units != arch.layers else "")
+        raise unsupported(plan, f"Megatron-LM splits the {counted} evenly over pp × vpp = {stages} stages: "
+                                "choose a layout whose stages divide them")  # fmt: skip
 
 
 def render(plan: LaunchPlan) -> Rendered:
@@ -239,7 +268,9 @@ _FIELDS = {
     "--recompute-method": "recompute_method", "--recompute-num-layers": "recompute_num_layers",
 }  # fmt: skip
 _SWITCHES = {"--sequence-parallel": "sequence_parallel", "--swiglu": "gated_linear_unit", "--moe-grouped-gemm": "moe_grouped_gemm",
-             "--bf16": "bf16", "--fp16": "fp16", "--qk-layernorm": "qk_layernorm"}  # fmt: skip
+             "--bf16": "bf16", "--fp16": "fp16", "--qk-layernorm": "qk_layernorm",
+             "--account-for-embedding-in-pipeline-split": "account_for_embedding_in_pipeline_split",
+             "--account-for-loss-in-pipeline-split": "account_for_loss_in_pipeline_split"}  # fmt: skip
 
 
 def megatron_core_available() -> bool:

@@ -132,10 +132,16 @@ def _batches(plan: LaunchPlan) -> tuple[int, int, int]:
     return micro, global_batch, micro
 
 
-def _layers_per_stage(plan: LaunchPlan, stages: int, layers: int) -> int:
+def _layers_per_stage(plan: LaunchPlan, stages: int, layers: int) -> int | None:
+    """torchtitan's ``pipeline_parallel_layers_per_stage`` that makes ``stages`` stages of ``layers`` units (blocks,
+    plus the embedding's and the head's shares); None where no size does but torchtitan's own count does — without
+    the option it makes one stage per rank under 1F1B and two under Interleaved1F1B (distributed/pipeline_parallel.py
+    ``pipeline_llm``) and deals the units over them as the plan does."""
     per_stage = -(-layers // stages)
+    if -(-layers // per_stage) != stages and plan.layout.vpp <= 2:
+        return None
     if -(-layers // per_stage) != stages:
-        raise unsupported(plan, f"torchtitan splits the {layers} blocks into stages of equal size "
+        raise unsupported(plan, f"torchtitan splits the {layers} units (blocks, embedding and head) into stages of equal size "
                             f"(pipeline_parallel_layers_per_stage): no size gives pp × vpp = {stages} stages")  # fmt: skip
     return per_stage
 
@@ -174,11 +180,16 @@ def overrides(plan: LaunchPlan, model: TitanModel) -> list[str]:
         stages = layout.pp * layout.vpp
         args += ["--parallelism.pipeline-parallel-schedule", "Interleaved1F1B" if layout.vpp > 1 else "1F1B",
                  "--parallelism.pipeline-parallel-microbatch-size", str(pp_micro)]  # fmt: skip
-        # the plan's split: ceil(L / stages) blocks per (virtual) stage, embedding and head not counted as blocks;
-        # torchtitan makes ceil(L / layers_per_stage) stages of it (distributed/pipeline_parallel.py)
-        args += ["--parallelism.pipeline-parallel-layers-per-stage", str(_layers_per_stage(plan, stages, resolve_model(job.model, get_catalog()).layers)),
-                 "--parallelism.pipeline-parallel-first-stage-less-layers", "0",
-                 "--parallelism.pipeline-parallel-last-stage-less-layers", "0"]  # fmt: skip
+        # the plan's split (estimate/parallel.py chunk_layers): the blocks and the embedding's and head's shares
+        # (knobs.pipeline_*_stage_less_layers) dealt over the stages; torchtitan makes ceil(units / layers_per_stage)
+        # stages and deals them out the same way (distributed/pipeline_parallel.py generate_llm_fqn_per_model_part)
+        knobs = effective_knobs(job, get_catalog())
+        first, last = knobs.pipeline_first_stage_less_layers, knobs.pipeline_last_stage_less_layers
+        per_stage = _layers_per_stage(plan, stages, resolve_model(job.model, get_catalog()).layers + first + last)
+        if per_stage is not None:
+            args += ["--parallelism.pipeline-parallel-layers-per-stage", str(per_stage)]
+        args += ["--parallelism.pipeline-parallel-first-stage-less-layers", str(first),
+                 "--parallelism.pipeline-parallel-last-stage-less-layers", str(last)]  # fmt: skip
     if effective_knobs(job, get_catalog()).compile:  # the plan was estimated compiled: torchtitan compiles too
         args.append("--compile.enable")
     every = plan.config.checkpoint_every
