@@ -47,6 +47,7 @@ def main() -> None:
             "seq_len": rec["seq_len"], "micro_batch": rec.get("micro_batch") or 1, "global_batch": rec["global_batch"],
             "precision": rec.get("precision", "bf16"), "optimizer": "adamw", "steps": 1,
             "activation_checkpointing": lay.get("activation_checkpointing", rec.get("activation_checkpointing") or "none"),
+            "knobs": lay.get("knobs", {}),  # what the source states of the pipeline split
         })  # fmt: skip
         p = lay["parallel"]
         hw = hardware_for_gpu(acc, cat, gpus=hw_rec["gpus_per_node"], nodes=hw_rec["nodes"])
