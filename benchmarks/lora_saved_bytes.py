@@ -10,10 +10,20 @@ Two adapter dtypes: PEFT's default (``autocast_adapter_dtype=True``: fp32 adapte
 adapted layer casting its input to fp32 for ``lora_A``) and bf16 adapters. Printed per token per block, beside
 trainplan's ``transformer.block_activation_bytes`` for the same job (precision bf16-pure, method lora). Needs
 ``transformers`` and ``peft`` (the ``qlora`` extra).
+
+    python benchmarks/lora_saved_bytes.py --torchtune
+
+The same block built by torchtune 0.6.1 (``lora_llama3``, its adapters in the model's bf16, base frozen by
+``set_trainable_params``) against trainplan's ``stack: torchtune``.  torchtune needs torchao with its NF4 tensor
+(0.14.1 imports on torch 2.13; later releases dropped it), so it lives in an environment of its own layered on this
+one, as CI does for torchtitan: ``python -m venv /tmp/tune``, a ``.pth`` naming this environment's site-packages,
+``/tmp/tune/bin/python -m pip install torchtune==0.6.1 torchao==0.14.1``, then run this script with that
+interpreter and ``PYTHONPATH=src``.  torchtune's LoRA targets are q/k/v/output_proj and the whole MLP or none of it.
 """
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Callable
 
@@ -69,18 +79,70 @@ def saved_bytes(module: torch.nn.Module, step: Callable[[], object]) -> int:
         return sum(saved.values())
 
 
-def predicted(targets: list[str], *, fp32_adapters: bool = True, dropout: float = 0.0) -> float:
-    arch = arch_from_hf_config(CONFIG)
+def predicted(targets: list[str], *, fp32_adapters: bool = True, dropout: float = 0.0, stack: str = "plain",
+              config: dict | None = None) -> float:  # fmt: skip
+    """trainplan's bytes for one block of the job (``stack: torchtune`` takes its own adapters: no dtype knob)."""
+    arch = arch_from_hf_config(config or CONFIG)
+    knobs = {} if stack == "torchtune" else {"lora_fp32_adapters": fp32_adapters}
     job = parse_job({"kind": "transformer", "model": arch.model_dump(exclude_none=True), "seq_len": SEQ,
-                     "micro_batch": BATCH, "precision": "bf16-pure", "steps": 1, "method": "lora",
-                     "lora": {"rank": RANK, "targets": targets, "dropout": dropout},
-                     "knobs": {"lora_fp32_adapters": fp32_adapters}})  # fmt: skip
-    return block_activation_bytes(job, arch, effective_knobs(job, get_catalog())) / CONFIG["num_hidden_layers"]
+                     "micro_batch": BATCH, "precision": "bf16-pure", "steps": 1, "method": "lora", "stack": stack,
+                     "lora": {"rank": RANK, "targets": targets, "dropout": dropout}, "knobs": knobs})  # fmt: skip
+    return block_activation_bytes(job, arch, effective_knobs(job, get_catalog())) / arch.layers
+
+
+# torchtune's attention targets, as trainplan names them
+TORCHTUNE_NAMES = {"q_proj": "q_proj", "k_proj": "k_proj", "v_proj": "v_proj", "output_proj": "o_proj"}
+TORCHTUNE_TARGETS = ((["q_proj"], False), (["output_proj"], False), (["q_proj", "v_proj"], False),
+                     (["q_proj", "k_proj", "v_proj", "output_proj"], False), (["q_proj"], True),
+                     (["q_proj", "k_proj", "v_proj", "output_proj"], True))  # fmt: skip
+
+
+def measured_torchtune(attn: list[str], mlp: bool, *, dropout: float = 0.0, kv_heads: int = 2) -> float:
+    """Bytes one more torchtune block adds (5 blocks less 4), as :func:`measured` does for PEFT."""
+    return _saved_torchtune(attn, mlp, dropout, kv_heads, layers=5) - _saved_torchtune(attn, mlp, dropout, kv_heads, layers=4)
+
+
+def _saved_torchtune(attn: list[str], mlp: bool, dropout: float, kv_heads: int, *, layers: int) -> int:
+    from torchtune.models.llama3 import lora_llama3
+    from torchtune.modules.peft import get_adapter_params, set_trainable_params
+
+    torch.manual_seed(0)
+    model = lora_llama3(attn, apply_lora_to_mlp=mlp, vocab_size=CONFIG["vocab_size"], num_layers=layers,
+                        num_heads=CONFIG["num_attention_heads"], num_kv_heads=kv_heads, embed_dim=CONFIG["hidden_size"],
+                        max_seq_len=SEQ, intermediate_dim=CONFIG["intermediate_size"], lora_rank=RANK,
+                        lora_alpha=2 * RANK, lora_dropout=dropout).to(torch.bfloat16)  # fmt: skip
+    set_trainable_params(model, get_adapter_params(model))
+    model.train()
+    embeds = model.tok_embeddings(torch.randint(1, CONFIG["vocab_size"], (BATCH, SEQ))).detach()
+
+    def blocks() -> torch.Tensor:
+        h = embeds
+        for layer in model.layers:
+            h = layer(h)
+        return h
+
+    return saved_bytes(model, blocks)
+
+
+def torchtune_targets(attn: list[str], mlp: bool) -> list[str]:
+    return [TORCHTUNE_NAMES[a] for a in attn] + (["gate_proj", "up_proj", "down_proj"] if mlp else [])
+
+
+def main_torchtune(per: int) -> None:
+    print("torchtune 0.6.1 LoRALinear, bf16 (bytes per token per block)")
+    print(f"{'targets':48} {'torchtune':>10} {'trainplan':>10} {'err':>7}")
+    for attn, mlp in TORCHTUNE_TARGETS:
+        targets = torchtune_targets(attn, mlp)
+        m, p = measured_torchtune(attn, mlp) / per, predicted(targets, stack="torchtune") / per
+        print(f"{'+'.join(targets):48} {m:10.0f} {p:10.0f} {p / m - 1:+7.1%}")
 
 
 def main() -> None:
     warnings.filterwarnings("ignore")
     per = SEQ * BATCH
+    if "--torchtune" in sys.argv[1:]:
+        main_torchtune(per)
+        return
     print(f"bytes per token per block (hidden {CONFIG['hidden_size']}, SwiGLU {CONFIG['intermediate_size']}, rank {RANK})")
     print(f"{'targets':28} {'PEFT fp32':>10} {'trainplan':>10} {'err':>7} {'PEFT bf16':>10} {'trainplan':>10} {'err':>7}")
     for targets in TARGETS:

@@ -34,7 +34,9 @@ def test_every_stack_has_sourced_defaults() -> None:
     for name, entry in cat.stacks.items():
         assert entry["sources"] and entry["as_of"], name
         for knob in entry["sources"]:
-            assert knob in entry["knobs"] or knob == "engines", (name, knob)
+            assert knob in entry["knobs"] or knob in entry, (name, knob)  # a knob, or a field of the stack (engines …)
+        if entry.get("attention_expands_kv") or entry.get("lora_implementation") == "torchtune":
+            assert {"attention_expands_kv", "lora_implementation"} <= set(entry["sources"]), name
 
 
 def test_stack_defaults_and_explicit_knobs_that_win() -> None:

@@ -57,6 +57,8 @@ class Knobs:
     recompute_modules: frozenset[RecomputeModule] = MEGATRON_DEFAULT_MODULES
     lora_fp32_adapters: bool = False  # PEFT's fp32 adapters beside a 16-bit base (their input copies)
     peft_lora: bool = False  # the stack's LoRA layers are PEFT's (stacks.yaml lora_implementation)
+    lora_layers: str = "own"  # whose LoRA layers: peft, torchtune (both measured) or own (stacks.yaml)
+    expanded_kv: bool = False  # grouped-query K and V copied out to every head before SDPA (stacks.yaml)
     # blocks' worth of a pipeline split the embedding and the output layer take (estimate/parallel.py chunk_layers)
     pipeline_first_stage_less_layers: int = 0
     pipeline_last_stage_less_layers: int = 0
@@ -161,6 +163,8 @@ def effective_knobs(job: TorchJob | TransformerJob, catalog: Catalog) -> Knobs:
         recompute_modules=MEGATRON_DEFAULT_MODULES if modules is None else frozenset(RecomputeModule(m) for m in modules),
         lora_fp32_adapters=bool(merged.get("lora_fp32_adapters", False)),
         peft_lora=entry.get("lora_implementation") == "peft",
+        lora_layers=str(entry.get("lora_implementation", "own")),
+        expanded_kv=bool(entry.get("attention_expands_kv", False)),
         pipeline_first_stage_less_layers=int(merged.get("pipeline_first_stage_less_layers", 0)),
         pipeline_last_stage_less_layers=int(merged.get("pipeline_last_stage_less_layers", 0)),
         engines=tuple(Engine(e) for e in entry.get("engines", [e.value for e in Engine])),

@@ -77,12 +77,12 @@ def resolve_transformer(job: TransformerJob, catalog: Catalog | None = None) -> 
     _check_recompute_modules(job, arch)
     if job.lora_spec is not None and job.lora_spec.dropout > 0 and (k.compile or k.fused_kernels is not FusedKernels.NONE
                                                                     or arch.gelu_python):
-        raise SpecError("is modelled for eager PEFT LoRA layers; with compile, fused kernels or a Python GELU what the "
-                        "dropout keeps has not been measured", field="lora.dropout")  # fmt: skip
-    if job.lora_spec is not None and job.lora_spec.dropout > 0 and not k.peft_lora:
+        raise SpecError("is modelled for eager PEFT and torchtune LoRA layers; with compile, fused kernels or a Python "
+                        "GELU what the dropout keeps has not been measured", field="lora.dropout")  # fmt: skip
+    if job.lora_spec is not None and job.lora_spec.dropout > 0 and k.lora_layers == "own":
         raise SpecError(f"is modelled for PEFT's LoRA layers (stacks plain, hf-trainer, accelerate, deepspeed, "
-                        f"llm-foundry); {job.stack.value}'s own LoRA layers with dropout have not been measured",
-                        field="lora.dropout")  # fmt: skip
+                        f"llm-foundry) and torchtune's; {job.stack.value}'s own LoRA layers with dropout have not been "
+                        "measured", field="lora.dropout")  # fmt: skip
     fp32_base = (job.precision.mixed and k.frozen_weights_fp32) or (job.method is Method.QLORA and k.qlora_fp32_params)
     e16 = 4 if job.precision is Precision.FP32 or fp32_base else 2
     fp32_bytes = 0.0
@@ -164,7 +164,7 @@ def layer_split(job: TransformerJob, arch: ModelArch, k: Knobs, ffn_hidden: int)
         hidden=arch.hidden,
         heads=arch.heads,
         q_dim=arch_mod.kv_inner_dim(arch) if arch.mla is not None else arch_mod.attention_inner_dim(arch),
-        kv_dim=arch_mod.kv_inner_dim(arch),
+        kv_dim=_saved_kv_dim(arch, k),
         ffn_hidden=ffn_hidden,
         mlp=arch.mlp,
         norm=arch.norm,
@@ -184,6 +184,14 @@ def layer_split(job: TransformerJob, arch: ModelArch, k: Knobs, ffn_hidden: int)
     )
     replicated, sharded = split[0]
     return replicated + extra, sharded
+
+
+def _saved_kv_dim(arch: ModelArch, k: Knobs) -> int:
+    """The width of the K and V the attention keeps: the key-value heads', or every head's where the stack copies
+    grouped-query K and V out before SDPA (torchtune's ``MultiHeadAttention``: ``expand(...).flatten(1, 2)``)."""
+    if k.expanded_kv and arch.mla is None:
+        return arch_mod.attention_inner_dim(arch)
+    return arch_mod.kv_inner_dim(arch)
 
 
 def _check_recompute_modules(job: TransformerJob, arch: ModelArch) -> None:
@@ -265,9 +273,10 @@ def module_recomputed_params(job: TransformerJob, arch: ModelArch, k: Knobs) -> 
 
 
 def _lora_saves(job: TransformerJob, arch: ModelArch, k: Knobs) -> LoraSaves | None:
-    """What a LoRA job's frozen block keeps around its adapters (memory.LoraSaves), for PEFT's LoRA layers, whose saves
-    were measured; None for full training and for a stack's own LoRA layers (torchtune, LitGPT), counted as before."""
-    if job.lora_spec is None or not k.peft_lora:
+    """What a LoRA job's frozen block keeps around its adapters (memory.LoraSaves), for PEFT's and torchtune's LoRA
+    layers, whose saves were measured (torchtune's adapters take the model's dtype: no cast copy, ``k.lora_fp32_adapters``
+    off); None for full training and for a stack's own unmeasured LoRA layers (LitGPT …), counted as before."""
+    if job.lora_spec is None or k.lora_layers == "own":
         return None
     adapted = arch_mod.lora_targets(arch, job.lora_spec)
     bnb = job.method is Method.QLORA and k.stack is not Stack.TORCHTUNE  # torchtune's linear_nf4 keeps only the weight
