@@ -19,6 +19,11 @@ The same block built by torchtune 0.6.1 (``lora_llama3``, its adapters in the mo
 one, as CI does for torchtitan: ``python -m venv /tmp/tune``, a ``.pth`` naming this environment's site-packages,
 ``/tmp/tune/bin/python -m pip install torchtune==0.6.1 torchao==0.14.1``, then run this script with that
 interpreter and ``PYTHONPATH=src``.  torchtune's LoRA targets are q/k/v/output_proj and the whole MLP or none of it.
+
+    python benchmarks/lora_saved_bytes.py --litgpt
+
+The same for LitGPT 0.5.13 (``pip install litgpt`` in that environment, then ``huggingface-hub>=2.4`` again for this
+environment's transformers): a measurement only, trainplan's LitGPT count is not yet fitted to it.
 """
 
 from __future__ import annotations
@@ -81,9 +86,9 @@ def saved_bytes(module: torch.nn.Module, step: Callable[[], object]) -> int:
 
 def predicted(targets: list[str], *, fp32_adapters: bool = True, dropout: float = 0.0, stack: str = "plain",
               config: dict | None = None) -> float:  # fmt: skip
-    """trainplan's bytes for one block of the job (``stack: torchtune`` takes its own adapters: no dtype knob)."""
+    """trainplan's bytes for one block of the job (a stack other than plain takes its own adapters: no dtype knob)."""
     arch = arch_from_hf_config(config or CONFIG)
-    knobs = {} if stack == "torchtune" else {"lora_fp32_adapters": fp32_adapters}
+    knobs = {"lora_fp32_adapters": fp32_adapters} if stack == "plain" else {}
     job = parse_job({"kind": "transformer", "model": arch.model_dump(exclude_none=True), "seq_len": SEQ,
                      "micro_batch": BATCH, "precision": "bf16-pure", "steps": 1, "method": "lora", "stack": stack,
                      "lora": {"rank": RANK, "targets": targets, "dropout": dropout}, "knobs": knobs})  # fmt: skip
@@ -137,11 +142,64 @@ def main_torchtune(per: int) -> None:
         print(f"{'+'.join(targets):48} {m:10.0f} {p:10.0f} {p / m - 1:+7.1%}")
 
 
+# LitGPT's LoRA switches (lora_query, lora_key, lora_value, lora_projection, lora_mlp) and trainplan's names for them
+LITGPT_TARGETS = (((True, False, False, False, False), ["q_proj"]), ((False, False, False, True, False), ["o_proj"]),
+                  ((True, False, True, False, False), ["q_proj", "v_proj"]),
+                  ((True, True, True, True, False), ["q_proj", "k_proj", "v_proj", "o_proj"]),
+                  ((False, False, False, False, True), ["gate_proj", "up_proj", "down_proj"]),
+                  ((True, True, True, True, True), ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                                    "down_proj"]))  # fmt: skip
+
+
+def measured_litgpt(switches: tuple[bool, ...], *, kv_heads: int = 2) -> float:
+    """Bytes one more LitGPT block adds (5 blocks less 4): ``litgpt.lora.GPT`` (its fused QKV linear with
+    ``LoRAQKVLinear``), bf16, ``mark_only_lora_as_trainable``."""
+    return _saved_litgpt(switches, kv_heads, layers=5) - _saved_litgpt(switches, kv_heads, layers=4)
+
+
+def _saved_litgpt(switches: tuple[bool, ...], kv_heads: int, *, layers: int) -> int:
+    from litgpt.lora import GPT, Config, mark_only_lora_as_trainable
+
+    torch.manual_seed(0)
+    q, k, v, proj, mlp = switches
+    config = Config(n_layer=layers, n_head=CONFIG["num_attention_heads"], n_embd=CONFIG["hidden_size"],
+                    n_query_groups=kv_heads, intermediate_size=CONFIG["intermediate_size"], mlp_class_name="LLaMAMLP",
+                    norm_class_name="RMSNorm", bias=False, padded_vocab_size=CONFIG["vocab_size"],
+                    vocab_size=CONFIG["vocab_size"], block_size=SEQ, rotary_percentage=1.0, parallel_residual=False,
+                    lora_r=RANK, lora_alpha=2 * RANK, lora_query=q, lora_key=k, lora_value=v, lora_projection=proj,
+                    lora_mlp=mlp, lora_head=False)  # fmt: skip
+    model = GPT(config).to(torch.bfloat16)
+    mark_only_lora_as_trainable(model)
+    model.train()
+    embeds = model.transformer.wte(torch.randint(1, CONFIG["vocab_size"], (BATCH, SEQ))).detach()
+    cos, sin = (c[:SEQ].to(torch.bfloat16).unsqueeze(0) for c in model.rope_cache())
+
+    def blocks() -> torch.Tensor:
+        h = embeds
+        for block in model.transformer.h:
+            h = block(h, cos, sin)
+        return h
+
+    return saved_bytes(model, blocks)
+
+
+def main_litgpt(per: int) -> None:
+    print("LitGPT LoRA (lora.GPT), bf16 (bytes per token per block); MHA: the same block with 8 KV heads")
+    print(f"{'targets':56} {'LitGPT':>8} {'MHA':>8} {'trainplan':>10} {'err':>7}")
+    for switches, targets in LITGPT_TARGETS:
+        m, p = measured_litgpt(switches) / per, predicted(targets, stack="litgpt") / per
+        mha = measured_litgpt(switches, kv_heads=CONFIG["num_attention_heads"]) / per
+        print(f"{'+'.join(targets):56} {m:8.0f} {mha:8.0f} {p:10.0f} {p / m - 1:+7.1%}")
+
+
 def main() -> None:
     warnings.filterwarnings("ignore")
     per = SEQ * BATCH
     if "--torchtune" in sys.argv[1:]:
         main_torchtune(per)
+        return
+    if "--litgpt" in sys.argv[1:]:
+        main_litgpt(per)
         return
     print(f"bytes per token per block (hidden {CONFIG['hidden_size']}, SwiGLU {CONFIG['intermediate_size']}, rank {RANK})")
     print(f"{'targets':28} {'PEFT fp32':>10} {'trainplan':>10} {'err':>7} {'PEFT bf16':>10} {'trainplan':>10} {'err':>7}")
