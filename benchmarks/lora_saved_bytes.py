@@ -185,11 +185,13 @@ def _saved_litgpt(switches: tuple[bool, ...], kv_heads: int, *, layers: int) -> 
 
 def main_litgpt(per: int) -> None:
     print("LitGPT LoRA (lora.GPT), bf16 (bytes per token per block); MHA: the same block with 8 KV heads")
-    print(f"{'targets':56} {'LitGPT':>8} {'MHA':>8} {'trainplan':>10} {'err':>7}")
+    print(f"{'targets':56} {'LitGPT':>8} {'trainplan':>10} {'err':>7} {'MHA':>8} {'trainplan':>10} {'err':>7}")
+    mha_config = {**CONFIG, "num_key_value_heads": CONFIG["num_attention_heads"]}
     for switches, targets in LITGPT_TARGETS:
         m, p = measured_litgpt(switches) / per, predicted(targets, stack="litgpt") / per
-        mha = measured_litgpt(switches, kv_heads=CONFIG["num_attention_heads"]) / per
-        print(f"{'+'.join(targets):56} {m:8.0f} {mha:8.0f} {p:10.0f} {p / m - 1:+7.1%}")
+        mm = measured_litgpt(switches, kv_heads=CONFIG["num_attention_heads"]) / per
+        mp = predicted(targets, stack="litgpt", config=mha_config) / per
+        print(f"{'+'.join(targets):56} {m:8.0f} {p:10.0f} {p / m - 1:+7.1%} {mm:8.0f} {mp:10.0f} {mp / mm - 1:+7.1%}")
 
 
 def main() -> None:

@@ -145,3 +145,39 @@ def test_torchtune_lora_dropout_keeps_each_adapters_dropped_copy(attn: list[str]
     measured = bench.measured_torchtune(attn, mlp, dropout=0.1)
     predicted = bench.predicted(targets, stack="torchtune", dropout=0.1)
     assert measured - predicted == pytest.approx(PER * fan_in * (2 - 1) + bench.SEQ * head_dim * 2)
+
+
+# ----------------------------------------------------------------------------- LitGPT's own LoRA layers
+
+Q_DIM = bench.CONFIG["hidden_size"]
+
+
+@pytest.mark.parametrize("targets", bench.TARGETS, ids="+".join)
+def test_litgpt_lora_is_torchtunes_plus_the_fused_qkv_adapters_output(targets: list[str]) -> None:
+    """LitGPT's adapters, norms and expanded K / V keep what torchtune's do; its fused-QKV adapter (LoRAQKVLinear)
+    also keeps lora_B's output, as wide as the adapted q / k / v, for its zero_pad — skipped when all three are
+    adapted (measured: benchmarks/lora_saved_bytes.py --litgpt)."""
+    kv = Q_DIM // bench.CONFIG["num_attention_heads"] * bench.CONFIG["num_key_value_heads"]
+    widths = [{"q_proj": Q_DIM, "k_proj": kv, "v_proj": kv}[t] for t in targets if t in ("q_proj", "k_proj", "v_proj")]
+    fused = 2 * sum(widths) if 0 < len(widths) < 3 else 0
+    assert bench.predicted(targets, stack="litgpt") - bench.predicted(targets, stack="torchtune") == pytest.approx(PER * fused)
+
+
+def test_litgpt_without_grouped_queries_keeps_the_fused_qkv_output() -> None:
+    """With as many KV heads as heads LitGPT's V is a view into the fused QKV output, which SDPA keeps whole (measured:
+    an 8-KV-head block keeps 2e·q a token more than a 2-KV-head one); torchtune copies K and V either way."""
+    mha = {**bench.CONFIG, "num_key_value_heads": bench.CONFIG["num_attention_heads"]}
+    grown = bench.predicted(["q_proj"], stack="litgpt", config=mha) - bench.predicted(["q_proj"], stack="litgpt")
+    assert grown == pytest.approx(PER * 2 * 2 * Q_DIM)
+    assert bench.predicted(["q_proj"], stack="torchtune", config=mha) == bench.predicted(["q_proj"], stack="torchtune")
+
+
+@pytest.mark.parametrize(("switches", "targets"), bench.LITGPT_TARGETS, ids=lambda v: "+".join(v) if isinstance(v, list) else None)
+@pytest.mark.parametrize("kv_heads", [2, 8])
+def test_litgpt_blocks_keep_what_trainplan_counts(switches: tuple[bool, ...], targets: list[str], kv_heads: int) -> None:
+    """Runs where LitGPT is importable (the script's docstring).  Within 0.6%: what is left are per-block constants
+    (the norms' fp32 weight copies, the RoPE cos / sin, the fused adapter's int64 index), not counted."""
+    pytest.importorskip("litgpt")
+    config = {**bench.CONFIG, "num_key_value_heads": kv_heads}
+    measured = bench.measured_litgpt(switches, kv_heads=kv_heads)
+    assert bench.predicted(targets, stack="litgpt", config=config) == pytest.approx(measured, rel=6e-3)

@@ -284,6 +284,9 @@ class LoraSaves:
     # lora_dropout > 0: each adapter drops its (cast) input into a copy of its own, which lora_A keeps, and the
     # dropout keeps its mask — a bool on CUDA (native_dropout; CPU's fallback keeps a noise tensor of the input's dtype)
     dropout: bool = False
+    # per token: what a fused-QKV adapter keeps of its own output (LitGPT's LoRAQKVLinear keeps lora_B's output,
+    # as wide as the adapted q / k / v together, for its zero_pad); 0 for one adapter per projection
+    qkv_out_bytes: float = 0.0
     DROPOUT_MASK_BYTES: ClassVar[float] = 1.0
 
     def own_bytes(self, e: float) -> float:
@@ -410,7 +413,7 @@ def layer_activation_bytes(
             attn_linear += own * q_dim - (e * q_dim if attention_output_copy and not lora.base_keeps_inputs else 0.0)
         product = (e if lora.shares_input(int(lora.down)) else 0.0) + (own if lora.down else 0.0)
         mlp_bytes = mlp_input + ((3 if mlp == "swiglu" else 1) * e + product) * ffn_hidden
-        mlp_bytes += lora.adapted * lora.rank * lora.adapter_out_bytes
+        mlp_bytes += lora.adapted * lora.rank * lora.adapter_out_bytes + lora.qkv_out_bytes
     masks = 2.0 * hidden if dropout else 0.0  # 1-byte masks after attention and after the MLP
     if checkpointing is Checkpointing.SELECTIVE:
         core = 4.0 * heads if flash_attention else 0.0  # attention core recomputed (Korthikanti Sec. 4.2)

@@ -59,6 +59,7 @@ class Knobs:
     peft_lora: bool = False  # the stack's LoRA layers are PEFT's (stacks.yaml lora_implementation)
     lora_layers: str = "own"  # whose LoRA layers: peft, torchtune (both measured) or own (stacks.yaml)
     expanded_kv: bool = False  # grouped-query K and V copied out to every head before SDPA (stacks.yaml)
+    fused_qkv_view: bool = False  # without grouped queries V is a view into the fused QKV output SDPA keeps (stacks.yaml)
     # blocks' worth of a pipeline split the embedding and the output layer take (estimate/parallel.py chunk_layers)
     pipeline_first_stage_less_layers: int = 0
     pipeline_last_stage_less_layers: int = 0
@@ -165,6 +166,7 @@ def effective_knobs(job: TorchJob | TransformerJob, catalog: Catalog) -> Knobs:
         peft_lora=entry.get("lora_implementation") == "peft",
         lora_layers=str(entry.get("lora_implementation", "own")),
         expanded_kv=bool(entry.get("attention_expands_kv", False)),
+        fused_qkv_view=bool(entry.get("attention_keeps_fused_qkv", False)),
         pipeline_first_stage_less_layers=int(merged.get("pipeline_first_stage_less_layers", 0)),
         pipeline_last_stage_less_layers=int(merged.get("pipeline_last_stage_less_layers", 0)),
         engines=tuple(Engine(e) for e in entry.get("engines", [e.value for e in Engine])),

@@ -79,10 +79,11 @@ def resolve_transformer(job: TransformerJob, catalog: Catalog | None = None) -> 
                                                                     or arch.gelu_python):
         raise SpecError("is modelled for eager PEFT and torchtune LoRA layers; with compile, fused kernels or a Python "
                         "GELU what the dropout keeps has not been measured", field="lora.dropout")  # fmt: skip
-    if job.lora_spec is not None and job.lora_spec.dropout > 0 and k.lora_layers == "own":
+    if job.lora_spec is not None and job.lora_spec.dropout > 0 and k.lora_layers in ("own", "litgpt"):
         raise SpecError(f"is modelled for PEFT's LoRA layers (stacks plain, hf-trainer, accelerate, deepspeed, "
                         f"llm-foundry) and torchtune's; {job.stack.value}'s own LoRA layers with dropout have not been "
-                        "measured", field="lora.dropout")  # fmt: skip
+                        "measured (LitGPT's fused QKV adapter drops its input once for q, k and v)",
+                        field="lora.dropout")  # fmt: skip
     fp32_base = (job.precision.mixed and k.frozen_weights_fp32) or (job.method is Method.QLORA and k.qlora_fp32_params)
     e16 = 4 if job.precision is Precision.FP32 or fp32_base else 2
     fp32_bytes = 0.0
@@ -186,12 +187,18 @@ def layer_split(job: TransformerJob, arch: ModelArch, k: Knobs, ffn_hidden: int)
     return replicated + extra, sharded
 
 
-def _saved_kv_dim(arch: ModelArch, k: Knobs) -> int:
-    """The width of the K and V the attention keeps: the key-value heads', or every head's where the stack copies
-    grouped-query K and V out before SDPA (torchtune's ``MultiHeadAttention``: ``expand(...).flatten(1, 2)``)."""
-    if k.expanded_kv and arch.mla is None:
-        return arch_mod.attention_inner_dim(arch)
-    return arch_mod.kv_inner_dim(arch)
+def _saved_kv_dim(arch: ModelArch, k: Knobs) -> float:
+    """The mean width of the K and V the attention keeps: the key-value heads', or every head's where the stack copies
+    grouped-query K and V out before SDPA (torchtune's ``MultiHeadAttention``: ``expand(...).flatten(1, 2)``; LitGPT's
+    ``expand`` and ``reshape``); where V is a view into a fused QKV output (LitGPT without grouped queries), SDPA
+    keeping V keeps that whole output, q + 2kv wide."""
+    kv = arch_mod.kv_inner_dim(arch)
+    if arch.mla is not None:
+        return kv
+    q = arch_mod.attention_inner_dim(arch)
+    if k.fused_qkv_view and kv == q:
+        return (q + (q + 2 * kv)) / 2
+    return q if k.expanded_kv else kv
 
 
 def _check_recompute_modules(job: TransformerJob, arch: ModelArch) -> None:
@@ -283,10 +290,14 @@ def _lora_saves(job: TransformerJob, arch: ModelArch, k: Knobs) -> LoraSaves | N
     fp32_adapters = k.lora_fp32_adapters and job.precision is not Precision.FP32
     e = job.precision.compute_bytes
     copy = (4.0 if not job.precision.mixed else e) if fp32_adapters else 0.0
+    # LitGPT's fused-QKV adapter (LoRAQKVLinear) keeps lora_B's output, as wide as the adapted q / k / v together, for
+    # its zero_pad to the fused width (index_copy_) — which it skips when all three are adapted
+    qkv = [o for n, (_, o) in adapted.items() if n in ("q_proj", "k_proj", "v_proj")]
+    fused_out = e * sum(qkv) if k.lora_layers == "litgpt" and 0 < len(qkv) < 3 else 0.0
     return LoraSaves(qkv=sum(n in adapted for n in ("q_proj", "k_proj", "v_proj")), o="o_proj" in adapted,
                      gate_up=sum(n in adapted for n in ("gate_proj", "up_proj")), down="down_proj" in adapted,
                      rank=job.lora_spec.rank, input_copy_bytes=copy, adapter_out_bytes=4.0 if fp32_adapters else e,
-                     base_keeps_inputs=bnb, dropout=job.lora_spec.dropout > 0)  # fmt: skip
+                     base_keeps_inputs=bnb, dropout=job.lora_spec.dropout > 0, qkv_out_bytes=fused_out)  # fmt: skip
 
 
 def mla_latent_bytes_per_token(arch: ModelArch, precision: Precision) -> float:
