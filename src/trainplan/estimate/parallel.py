@@ -133,14 +133,15 @@ def _divisors(n: int) -> str:
 
 def chunk_layers(split: ModelSplit, layout: Layout) -> tuple[int, ...]:
     """Blocks in each of the pp·v model chunks, in pipeline order, as torchtitan cuts them
-    (``distributed/pipeline_parallel.py`` ``generate_llm_fqn_per_model_part``): the embedding counts as
+    (``distributed/pipeline_parallel.py`` ``generate_llm_fqn_per_model_part``, ``_generate_…`` in 0.3.0; equal on 7
+    splits: ``tests/run/test_launch_torchtitan.py``): the embedding counts as
     ``first_stage_less`` blocks and the output layer as ``last_stage_less``, the L + first + last units are dealt out
     evenly with the remainder to the earliest chunks, and the first and last chunk give the embedding's and the output
     layer's share back.  With both at 0 (trainplan's own run, ``run/runtime/model_parallel.py`` ``chunk_bounds``) it
     is the even split with the remainder first; with 1 and 1 (torchtitan's defaults) Llama 3 405B's 126 blocks on 16
     stages come out 7, 8, …, 8, 7 — the split Meta states (Dubey et al. 2024, Sec. 3.3.2: "we reduce one Transformer
     layer each from the first and the last stages"), and Megatron-Core's ``account_for_embedding_in_pipeline_split``
-    / ``account_for_loss_in_pipeline_split``.  A negative count means the embedding or head outweighs a chunk."""
+    / ``account_for_loss_in_pipeline_split``.  A share larger than a chunk is refused first (:func:`layout_error`)."""
     return _chunk_layers(split.layers, split.first_stage_less, split.last_stage_less, layout.pp * layout.vpp)
 
 

@@ -57,7 +57,7 @@ class Knobs:
     recompute_modules: frozenset[RecomputeModule] = MEGATRON_DEFAULT_MODULES
     lora_fp32_adapters: bool = False  # PEFT's fp32 adapters beside a 16-bit base (their input copies)
     peft_lora: bool = False  # the stack's LoRA layers are PEFT's (stacks.yaml lora_implementation)
-    lora_layers: str = "own"  # whose LoRA layers: peft, torchtune (both measured) or own (stacks.yaml)
+    lora_layers: str = "own"  # whose LoRA layers: peft, torchtune, litgpt (measured) or own (stacks.yaml)
     expanded_kv: bool = False  # grouped-query K and V copied out to every head before SDPA (stacks.yaml)
     fused_qkv_view: bool = False  # without grouped queries V is a view into the fused QKV output SDPA keeps (stacks.yaml)
     # blocks' worth of a pipeline split the embedding and the output layer take (estimate/parallel.py chunk_layers)

@@ -280,9 +280,10 @@ def module_recomputed_params(job: TransformerJob, arch: ModelArch, k: Knobs) -> 
 
 
 def _lora_saves(job: TransformerJob, arch: ModelArch, k: Knobs) -> LoraSaves | None:
-    """What a LoRA job's frozen block keeps around its adapters (memory.LoraSaves), for PEFT's and torchtune's LoRA
-    layers, whose saves were measured (torchtune's adapters take the model's dtype: no cast copy, ``k.lora_fp32_adapters``
-    off); None for full training and for a stack's own unmeasured LoRA layers (LitGPT …), counted as before."""
+    """What a LoRA job's frozen block keeps around its adapters (memory.LoraSaves), for PEFT's, torchtune's and LitGPT's
+    LoRA layers, whose saves were measured (torchtune's and LitGPT's adapters take the model's dtype: no cast copy,
+    ``k.lora_fp32_adapters`` off); None for full training and for a stack's own unmeasured LoRA layers (lightning),
+    counted as before."""
     if job.lora_spec is None or k.lora_layers == "own":
         return None
     adapted = arch_mod.lora_targets(arch, job.lora_spec)
