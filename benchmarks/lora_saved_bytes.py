@@ -22,8 +22,9 @@ interpreter and ``PYTHONPATH=src``.  torchtune's LoRA targets are q/k/v/output_p
 
     python benchmarks/lora_saved_bytes.py --litgpt
 
-The same for LitGPT 0.5.13 (``pip install litgpt`` in that environment, then ``huggingface-hub>=2.4`` again for this
-environment's transformers): a measurement only, trainplan's LitGPT count is not yet fitted to it.
+The same for LitGPT 0.5.13 (``pip install litgpt==0.5.13`` in that environment, then ``huggingface-hub>=2.4`` again
+for this environment's transformers).  ``--measure-json`` prints every torchtune and LitGPT measurement the tests
+compare with; .ci/run builds that side environment (.ci-lora) and names it in $TRAINPLAN_LORA_STACKS_PYTHON.
 """
 
 from __future__ import annotations
@@ -194,9 +195,36 @@ def main_litgpt(per: int) -> None:
         print(f"{'+'.join(targets):56} {m:8.0f} {p:10.0f} {p / m - 1:+7.1%} {mm:8.0f} {mp:10.0f} {mp / mm - 1:+7.1%}")
 
 
+def side_measurements() -> dict[str, float]:
+    """Every measurement tests/estimate/test_lora_saves.py compares with, keyed by :func:`measurement_key`: torchtune's
+    blocks (with 2 and 8 KV heads, and with dropout) and LitGPT's (with 2 and 8 KV heads).  Printed as JSON by
+    ``--measure-json``, which the tests run with the side environment's interpreter ($TRAINPLAN_LORA_STACKS_PYTHON)."""
+    out: dict[str, float] = {}
+    heads = CONFIG["num_attention_heads"]
+    for attn, mlp in TORCHTUNE_TARGETS:
+        if "output_proj" in attn:
+            continue
+        for dropout, kv in ((0.0, 2), (0.0, heads), (0.1, 2)):
+            out[measurement_key("torchtune", torchtune_targets(attn, mlp), dropout, kv)] = measured_torchtune(
+                attn, mlp, dropout=dropout, kv_heads=kv)  # fmt: skip
+    for switches, targets in LITGPT_TARGETS:
+        for kv in (2, heads):
+            out[measurement_key("litgpt", targets, 0.0, kv)] = measured_litgpt(switches, kv_heads=kv)
+    return out
+
+
+def measurement_key(stack: str, targets: list[str], dropout: float, kv_heads: int) -> str:
+    return f"{stack}|{'+'.join(targets)}|{dropout:g}|{kv_heads}"
+
+
 def main() -> None:
     warnings.filterwarnings("ignore")
     per = SEQ * BATCH
+    if "--measure-json" in sys.argv[1:]:
+        import json
+
+        print(json.dumps(side_measurements()))
+        return
     if "--torchtune" in sys.argv[1:]:
         main_torchtune(per)
         return

@@ -115,36 +115,55 @@ def test_torchtune_keeps_k_and_v_of_every_head() -> None:
     assert bench.predicted(["q_proj"], fp32_adapters=False) < bench.predicted(["q_proj"], fp32_adapters=False, config=mha)
 
 
-@pytest.mark.parametrize(("attn", "mlp"), [t for t in bench.TORCHTUNE_TARGETS if "output_proj" not in t[0]],
-                         ids=lambda v: "+".join(v) if isinstance(v, list) else str(v))  # fmt: skip
-def test_torchtune_blocks_keep_what_trainplan_counts(attn: list[str], mlp: bool) -> None:
-    """Runs where torchtune is importable (an environment of its own: the script's docstring).  Equal but for the
-    slice of its cos/sin cache each block's rotary embedding keeps (seq_len × head_dim bf16 values, whatever the
-    batch: 4 KiB here, not counted); output_proj is left out for the CPU layout reason above."""
-    pytest.importorskip("torchtune")
-    head_dim = bench.CONFIG["hidden_size"] // bench.CONFIG["num_attention_heads"]
-    measured = bench.measured_torchtune(attn, mlp)
-    rope_cache = bench.SEQ * head_dim * 2
-    assert measured - bench.predicted(bench.torchtune_targets(attn, mlp), stack="torchtune") == pytest.approx(rope_cache)
-    assert measured == bench.measured_torchtune(attn, mlp, kv_heads=bench.CONFIG["num_attention_heads"])
+@pytest.fixture(scope="module")
+def side() -> dict[str, float]:
+    """The torchtune and LitGPT measurements (``benchmarks/lora_saved_bytes.py --measure-json``), run by the side
+    environment's interpreter, $TRAINPLAN_LORA_STACKS_PYTHON (.ci/run builds it: torchtune 0.6.1, torchao 0.14.1,
+    LitGPT 0.5.13, layered on the main environment); skipped where it is not set."""
+    import json
+    import os
+    import subprocess
+
+    python = os.environ.get("TRAINPLAN_LORA_STACKS_PYTHON")
+    if not python:
+        pytest.skip("set TRAINPLAN_LORA_STACKS_PYTHON to an environment with torchtune 0.6.1 and LitGPT 0.5.13 "
+                    "(benchmarks/lora_saved_bytes.py, its docstring)")  # fmt: skip
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root / "src")}
+    done = subprocess.run([python, str(root / "benchmarks" / "lora_saved_bytes.py"), "--measure-json"], env=env,
+                          capture_output=True, text=True, timeout=900, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize(("attn", "mlp"), [t for t in bench.TORCHTUNE_TARGETS if "output_proj" not in t[0]],
-                         ids=lambda v: "+".join(v) if isinstance(v, list) else str(v))  # fmt: skip
-def test_torchtune_lora_dropout_keeps_each_adapters_dropped_copy(attn: list[str], mlp: bool) -> None:
+TT_CASES = [bench.torchtune_targets(a, m) for a, m in bench.TORCHTUNE_TARGETS if "output_proj" not in a]
+HEAD_DIM = bench.CONFIG["hidden_size"] // bench.CONFIG["num_attention_heads"]
+ROPE_CACHE = bench.SEQ * HEAD_DIM * 2  # each torchtune block keeps its slice of the cos/sin cache: not counted
+
+
+@pytest.mark.parametrize("targets", TT_CASES, ids="+".join)
+def test_torchtune_blocks_keep_what_trainplan_counts(side: dict[str, float], targets: list[str]) -> None:
+    """Equal but for the slice of its cos/sin cache each block's rotary embedding keeps (seq_len × head_dim bf16
+    values, whatever the batch); output_proj is left out for the CPU layout reason above.  2 and 8 KV heads keep the
+    same (K and V copied out to every head)."""
+    heads = bench.CONFIG["num_attention_heads"]
+    measured = side[bench.measurement_key("torchtune", targets, 0.0, 2)]
+    assert measured - bench.predicted(targets, stack="torchtune") == pytest.approx(ROPE_CACHE)
+    assert measured == side[bench.measurement_key("torchtune", targets, 0.0, heads)]
+
+
+@pytest.mark.parametrize("targets", TT_CASES, ids="+".join)
+def test_torchtune_lora_dropout_keeps_each_adapters_dropped_copy(side: dict[str, float], targets: list[str]) -> None:
     """torchtune's nn.Dropout before lora_a: each adapter's own dropped copy and its mask, as PEFT's (the CPU fallback's
     mask in the input's dtype: 1 byte more per adapted input element than CUDA's bool, as above)."""
-    pytest.importorskip("torchtune")
     from trainplan.estimate import architecture as arch_mod
     from trainplan.hfconfig import arch_from_hf_config
     from trainplan.spec import LoraSpec
 
-    targets = bench.torchtune_targets(attn, mlp)
     fan_in = sum(i for i, _ in arch_mod.lora_targets(arch_from_hf_config(bench.CONFIG), LoraSpec(targets=tuple(targets))).values())
-    head_dim = bench.CONFIG["hidden_size"] // bench.CONFIG["num_attention_heads"]
-    measured = bench.measured_torchtune(attn, mlp, dropout=0.1)
+    measured = side[bench.measurement_key("torchtune", targets, 0.1, 2)]
     predicted = bench.predicted(targets, stack="torchtune", dropout=0.1)
-    assert measured - predicted == pytest.approx(PER * fan_in * (2 - 1) + bench.SEQ * head_dim * 2)
+    assert measured - predicted == pytest.approx(PER * fan_in * (2 - 1) + ROPE_CACHE)
 
 
 # ----------------------------------------------------------------------------- LitGPT's own LoRA layers
@@ -172,12 +191,11 @@ def test_litgpt_without_grouped_queries_keeps_the_fused_qkv_output() -> None:
     assert bench.predicted(["q_proj"], stack="torchtune", config=mha) == bench.predicted(["q_proj"], stack="torchtune")
 
 
-@pytest.mark.parametrize(("switches", "targets"), bench.LITGPT_TARGETS, ids=lambda v: "+".join(v) if isinstance(v, list) else None)
+@pytest.mark.parametrize("targets", [t for _, t in bench.LITGPT_TARGETS], ids="+".join)
 @pytest.mark.parametrize("kv_heads", [2, 8])
-def test_litgpt_blocks_keep_what_trainplan_counts(switches: tuple[bool, ...], targets: list[str], kv_heads: int) -> None:
-    """Runs where LitGPT is importable (the script's docstring).  Within 0.6%: what is left are per-block constants
-    (the norms' fp32 weight copies, the RoPE cos / sin, the fused adapter's int64 index), not counted."""
-    pytest.importorskip("litgpt")
+def test_litgpt_blocks_keep_what_trainplan_counts(side: dict[str, float], targets: list[str], kv_heads: int) -> None:
+    """Within 0.6%: what is left are per-block constants (the norms' fp32 weight copies, the RoPE cos / sin, the fused
+    adapter's int64 index), not counted."""
     config = {**bench.CONFIG, "num_key_value_heads": kv_heads}
-    measured = bench.measured_litgpt(switches, kv_heads=kv_heads)
+    measured = side[bench.measurement_key("litgpt", targets, 0.0, kv_heads)]
     assert bench.predicted(targets, stack="litgpt", config=config) == pytest.approx(measured, rel=6e-3)
