@@ -98,13 +98,13 @@ def layout_error(split: ModelSplit, layout: Layout, strategy: Strategy) -> tuple
         return "--pp", f"pipeline parallel degree {layout.pp} exceeds the model's {split.layers} layers"
     if layout.pp * layout.vpp > split.layers:
         return "--vpp", f"pp × vpp = {layout.pp * layout.vpp} model chunks exceed the model's {split.layers} layers"
-    units = split.layers + split.first_stage_less + split.last_stage_less
-    if layout.pp > 1 and max(split.first_stage_less, split.last_stage_less) > units // (layout.pp * layout.vpp):
+    per_chunk = (split.layers + split.first_stage_less + split.last_stage_less) // (layout.pp * layout.vpp)
+    if layout.pp > 1 and max(split.first_stage_less, split.last_stage_less) > per_chunk:
         # torchtitan's own check (generate_llm_fqn_per_model_part: "input_weight exceeds minimum layers per stage")
-        field = "first" if split.first_stage_less > units // (layout.pp * layout.vpp) else "last"
+        field = "first" if split.first_stage_less > per_chunk else "last"
         return f"knobs.pipeline_{field}_stage_less_layers", (
             f"the embedding and the output layer count as {split.first_stage_less} and {split.last_stage_less} blocks of "
-            f"chunks of {units // (layout.pp * layout.vpp)} (the {split.layers} blocks and their shares over pp × vpp = "
+            f"chunks of {per_chunk} (the {split.layers} blocks and their shares over pp × vpp = "
             f"{layout.pp * layout.vpp}); each must be at most that")
     if layout.cp > 1 and split.seq_len % (2 * layout.cp):
         # load-balanced causal context parallelism cuts the sequence in 2·cp chunks (Megatron Core CP docs)
@@ -218,8 +218,8 @@ def stage_loads(split: ModelSplit, layout: Layout, micro_steps: int) -> tuple[St
     dense_act = block_activation_bytes(split, layout, moe=False)
     moe_act = block_activation_bytes(split, layout, moe=True)
     layer_act = max(dense_act, moe_act) if split.moe_layers else dense_act
-    per_block = (split.block_input / seq_tp / cp if split.full_recompute   # the checkpoint each block keeps
-                 else (1 - moe_share) * dense_act + moe_share * moe_act)  # fmt: skip
+    checkpoint = split.block_input / seq_tp / cp  # what full recomputation keeps of each block
+    per_block = checkpoint if split.full_recompute else (1 - moe_share) * dense_act + moe_share * moe_act
     head = (split.head_replicated / seq_tp + split.head_sharded / tp) / cp
     embed = split.embedding_activations / seq_tp / cp  # sequence-parallel: scattered over tp as it leaves the embedding
     # the block full recomputation rebuilds; or a checkpointed module's saves, divided over the sequence shards only
@@ -227,7 +227,7 @@ def stage_loads(split: ModelSplit, layout: Layout, micro_steps: int) -> tuple[St
     working = layer_act if split.full_recompute else split.recompute_working / seq_tp / cp
     last_extra = split.extra_last_layers  # the multi-token-prediction modules sit after the last stage's blocks
     per_rank = rank_layers(split, layout)
-    extra_acts = last_extra * (split.block_input / seq_tp / cp if split.full_recompute else moe_act)
+    extra_acts = last_extra * (checkpoint if split.full_recompute else moe_act)
 
     def load(name: str, rank: int) -> StageLoad:
         first, last = rank == 0, rank == pp - 1

@@ -56,7 +56,6 @@ class Knobs:
     # selective checkpointing Megatron-Core's way (attention-core): the submodules each layer recomputes
     recompute_modules: frozenset[RecomputeModule] = MEGATRON_DEFAULT_MODULES
     lora_fp32_adapters: bool = False  # PEFT's fp32 adapters beside a 16-bit base (their input copies)
-    peft_lora: bool = False  # the stack's LoRA layers are PEFT's (stacks.yaml lora_implementation)
     lora_layers: str = "own"  # whose LoRA layers: peft, torchtune, litgpt (measured) or own (stacks.yaml)
     expanded_kv: bool = False  # grouped-query K and V copied out to every head before SDPA (stacks.yaml)
     fused_qkv_view: bool = False  # without grouped queries V is a view into the fused QKV output SDPA keeps (stacks.yaml)
@@ -163,7 +162,6 @@ def effective_knobs(job: TorchJob | TransformerJob, catalog: Catalog) -> Knobs:
         compile_loss=bool(merged.get("compile", False)) and bool(merged.get("compile_loss", True)),
         recompute_modules=MEGATRON_DEFAULT_MODULES if modules is None else frozenset(RecomputeModule(m) for m in modules),
         lora_fp32_adapters=bool(merged.get("lora_fp32_adapters", False)),
-        peft_lora=entry.get("lora_implementation") == "peft",
         lora_layers=str(entry.get("lora_implementation", "own")),
         expanded_kv=bool(entry.get("attention_expands_kv", False)),
         fused_qkv_view=bool(entry.get("attention_keeps_fused_qkv", False)),

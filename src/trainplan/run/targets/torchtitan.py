@@ -150,6 +150,7 @@ def overrides(plan: LaunchPlan, model: TitanModel) -> list[str]:
     """torchtitan command-line overrides for the plan (names as its ``--help`` prints them)."""
     job, layout, strategy = plan.job, plan.layout, plan.strategy
     local, global_batch, pp_micro = _batches(plan)
+    knobs = effective_knobs(job, get_catalog())
     sharded = strategy.shards_optimizer
     args = [
         "--dump-folder", str(plan.path("torchtitan")),
@@ -183,14 +184,13 @@ def overrides(plan: LaunchPlan, model: TitanModel) -> list[str]:
         # the plan's split (estimate/parallel.py chunk_layers): the blocks and the embedding's and head's shares
         # (knobs.pipeline_*_stage_less_layers) dealt over the stages; torchtitan makes ceil(units / layers_per_stage)
         # stages and deals them out the same way (distributed/pipeline_parallel.py generate_llm_fqn_per_model_part)
-        knobs = effective_knobs(job, get_catalog())
         first, last = knobs.pipeline_first_stage_less_layers, knobs.pipeline_last_stage_less_layers
         per_stage = _layers_per_stage(plan, stages, resolve_model(job.model, get_catalog()).layers + first + last)
         if per_stage is not None:
             args += ["--parallelism.pipeline-parallel-layers-per-stage", str(per_stage)]
         args += ["--parallelism.pipeline-parallel-first-stage-less-layers", str(first),
                  "--parallelism.pipeline-parallel-last-stage-less-layers", str(last)]  # fmt: skip
-    if effective_knobs(job, get_catalog()).compile:  # the plan was estimated compiled: torchtitan compiles too
+    if knobs.compile:  # the plan was estimated compiled: torchtitan compiles too
         args.append("--compile.enable")
     every = plan.config.checkpoint_every
     pretrained = checkpoint_dir(job.model)
