@@ -11,7 +11,7 @@ from trainplan.estimate.compose import compose
 from trainplan.estimate.hardware import hardware_for_gpu
 from trainplan.estimate.memory import GIB, logits_bytes
 from trainplan.estimate.result import RejectKind
-from trainplan.estimate.stack import effective_knobs
+from trainplan.estimate.stack import LORA_IMPLEMENTATIONS, effective_knobs
 from trainplan.estimate.transformer import transformer_profile
 from trainplan.spec import LossImpl, Precision, Stack, parse_job
 from trainplan.strategies import Strategy
@@ -35,6 +35,7 @@ def test_every_stack_has_sourced_defaults() -> None:
         assert entry["sources"] and entry["as_of"], name
         for knob in entry["sources"]:
             assert knob in entry["knobs"] or knob in entry, (name, knob)  # a knob, or a field of the stack (engines …)
+        assert entry.get("lora_implementation", "own") in LORA_IMPLEMENTATIONS, name
         if entry.get("attention_expands_kv") or entry.get("lora_implementation") == "torchtune":
             assert {"attention_expands_kv", "lora_implementation"} <= set(entry["sources"]), name
 
@@ -308,3 +309,13 @@ def test_compile_loss_says_whether_the_loss_is_compiled_with_the_model() -> None
     assert eager.memory.activations - compiled.memory.activations == pytest.approx(vocab_logits * (12 - 6), rel=0.01)
     with pytest.raises(SpecError, match="knobs.compile_loss"):
         effective_knobs(_job(knobs={"compile_loss": True}), cat)
+
+
+def test_an_unknown_lora_implementation_is_refused_not_counted_as_measured() -> None:
+    from dataclasses import replace
+
+    base = get_catalog()
+    cat = replace(base, stacks={**base.stacks, "torchtune": {**base.stacks["torchtune"], "lora_implementation": "mine"}})
+    with pytest.raises(SpecError, match="lora_implementation 'mine' is not one of") as err:
+        effective_knobs(_job(stack="torchtune"), cat)
+    assert err.value.field == "stack"

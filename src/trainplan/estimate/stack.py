@@ -26,6 +26,8 @@ KNOB_NAMES = ("loss", "loss_chunks", "loss_chunk_tokens", "compile", "optimizer_
               "selective_recompute", "moe_fp32_combine", "compile_loss", "recompute_modules",
               "lora_fp32_adapters", "pipeline_first_stage_less_layers", "pipeline_last_stage_less_layers")  # fmt: skip
 _ENUMS = (LossImpl, FusedKernels, SelectiveRecompute)
+# whose LoRA layers a stack trains (stacks.yaml lora_implementation): the three measured, or its own (counted as before)
+LORA_IMPLEMENTATIONS = ("peft", "torchtune", "litgpt", "own")
 # Megatron-Core's default recompute_modules (TransformerConfig: default ["core_attn"])
 MEGATRON_DEFAULT_MODULES = frozenset({RecomputeModule.CORE_ATTN})
 
@@ -82,6 +84,10 @@ def effective_knobs(job: TorchJob | TransformerJob, catalog: Catalog) -> Knobs:
     entry = catalog.stacks.get(job.stack.value)
     if entry is None:
         raise SpecError(f"no defaults for stack {job.stack.value!r} in the catalog's stacks.yaml", field="stack")
+    if entry.get("lora_implementation", "own") not in LORA_IMPLEMENTATIONS:
+        # an unknown value would be counted as if its LoRA layers had been measured
+        raise SpecError(f"stacks.yaml: {job.stack.value}'s lora_implementation {entry['lora_implementation']!r} is not one of "
+                        f"{', '.join(LORA_IMPLEMENTATIONS)}", field="stack")  # fmt: skip
     defaults = dict(entry["knobs"])
     explicit = {k: v for k, v in job.knobs.model_dump().items() if v is not None}
     notes = []
