@@ -198,8 +198,8 @@ def test_ambiguous_accelerator_lists_both() -> None:
 
 def test_unknown_accelerator_lists_close_matches() -> None:
     with pytest.raises(CatalogError) as info:
-        find_accelerator("B300")
-    assert "unknown accelerator 'B300'" in str(info.value)
+        find_accelerator("B400")
+    assert "unknown accelerator 'B400'" in str(info.value)
     assert "B200" in str(info.value)
     # three H100 variants now: the bare name is ambiguous and says which exist
     with pytest.raises(CatalogError, match="H100-80GB.*H100-NVL.*H100-PCIe|H100-80GB.*H100-PCIe.*H100-NVL"):
@@ -232,6 +232,37 @@ def test_the_2026_rows_carry_their_sources_and_plan() -> None:
 
     assert gemm_efficiency(cat, "B200") / gemm_efficiency(cat, "H100-80GB") == pytest.approx(77.6 / 80.3, abs=0.002)
     assert gemm_efficiency(cat, "MI300X") / gemm_efficiency(cat, "H100-80GB") == pytest.approx(60.1 / 80.1, abs=0.002)
+
+
+def test_the_late_2026_rows_cite_sources_and_price_no_better_than_their_hardware() -> None:
+    """B300 / GB300 / RTX 5090 / MI355X / MI350X (issue 19, 2026-12-06): each row names where each figure was read and
+    its date; Blackwell Ultra takes B200's per-generation efficiencies and CDNA 4 MI300X's (no MAMF was read for them),
+    so an 8×B300 node runs the reference job no faster than an 8×B200 one beyond its peak ratio (the same BF16 peak and
+    bandwidth: the same speed), and an RTX 5090 plans FP8 (it has FP8 tensor cores) where an RTX 4090 row has no FP8."""
+    from dataclasses import replace
+
+    from trainplan.estimate.hardware import hardware_for_instance
+    from trainplan.estimate.steptime import gemm_efficiency
+    from trainplan.estimate.transformer import estimate_transformer
+    from trainplan.spec import load_job
+    from trainplan.strategies import Strategy
+
+    cat = get_catalog()
+    for acc in ("B300", "GB300", "RTX5090", "MI355X", "MI350X"):
+        row = cat.accelerators[acc]
+        assert row.as_of == "2026-12-06" and "dense" in row.source and "no instance row" in row.source
+        assert row.peak_fp8_tflops == pytest.approx(2 * row.peak_bf16_tflops, rel=0.01)  # dense FP8 is twice BF16
+    assert "nvidia-smi total 275040 MiB" in cat.accelerators["B300"].source
+    assert cat.accelerators["MI355X"].memory_gib == 288 and "rocm.docs.amd.com" in cat.accelerators["MI355X"].source
+    for new, old in (("B300", "B200"), ("GB300", "B200"), ("MI355X", "MI300X"), ("MI350X", "MI300X")):
+        assert gemm_efficiency(cat, new) == gemm_efficiency(cat, old)
+    job = load_job(Path(__file__).resolve().parents[1] / "src" / "trainplan" / "examples" / "llama7b-sft.yaml")
+    b200 = next(i for i in cat.instances if i.name == "p6-b200.48xlarge")
+    b300 = replace(b200, name="my-8xb300", accelerator="B300")  # a user's node: no B300 instance is shipped
+    eb2 = estimate_transformer(job, hardware_for_instance(b200, cat), Strategy.ZERO2, cat)
+    eb3 = estimate_transformer(job, hardware_for_instance(b300, cat), Strategy.ZERO2, cat)
+    assert eb3.fits and eb3.throughput == pytest.approx(eb2.throughput, rel=0.02)
+    assert eb3.memory.peak == pytest.approx(eb2.memory.peak, rel=0.01) and eb3.capacity_gib > eb2.capacity_gib
 
 
 def test_find_instance_case_insensitive_and_cloud_prefixed() -> None:

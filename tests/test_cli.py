@@ -144,7 +144,8 @@ def test_non_utf8_job_file_is_one_error_line(tmp_path: Path, capsys) -> None:
 @pytest.mark.parametrize(
     ("args", "needles"),
     [
-        (["--gpu", "B300"], ("--gpu:", "unknown accelerator 'B300'", "B200")),
+        (["--gpu", "B400"], ("--gpu:", "unknown accelerator 'B400'", "B200")),
+        (["--gpu", "B300"], ("--gpu:", "no instance in the catalog carries B300", "your own catalog")),
         (["--gpu", "A100"], ("--gpu:", "ambiguous", "A100-40GB", "A100-80GB")),
         ([], ("give exactly one of --gpu NAME, --instance NAME, --cpus N",)),
         (["--gpu", "H100-80GB", "--cpus", "4"], ("give exactly one of",)),

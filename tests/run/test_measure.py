@@ -22,6 +22,12 @@ from trainplan.measure.probe import Accelerator, GpuInfo, Hardware, canonical_gp
         ("NVIDIA H100 PCIe", 79.6, "H100-PCIe"),
         ("NVIDIA H100 NVL", 93.6, "H100-NVL"),
         ("NVIDIA B200", 178.4, "B200"),
+        ("NVIDIA B300 SXM6 AC", 268.6, "B300"),  # the names public nvidia-smi logs print (2026-12-06)
+        ("NVIDIA GB300", 277.5, "GB300"),
+        ("NVIDIA GB200", 185.0, "GB200"),
+        ("AMD Instinct MI355X", 288.0, "MI355X"),
+        ("AMD Instinct MI350X", 288.0, "MI350X"),
+        ("NVIDIA GeForce RTX 5090", 31.8, "RTX5090"),
         ("NVIDIA L40S", 44.4, "L40S"),
         ("AMD Instinct MI300X", 191.5, "MI300X"),
         ("Tesla V100-SXM2-16GB", 15.8, "V100-16GB"),

@@ -95,8 +95,12 @@ _GPU_PATTERNS: tuple[tuple[str, float | None, str], ...] = (
     (r"\bH100\b.*\bNVL\b", None, "H100-NVL"),  # "NVIDIA H100 NVL"
     (r"\bH100\b.*\bPCIe\b", None, "H100-PCIe"),  # "NVIDIA H100 PCIe"
     (r"\bH100\b", None, "H100-80GB"),  # "NVIDIA H100 80GB HBM3" (SXM)
+    (r"\bGB300\b", None, "GB300"),  # "NVIDIA GB300"
+    (r"\bB300\b", None, "B300"),  # "NVIDIA B300 SXM6 AC"
     (r"\bGB200\b", None, "GB200"),  # "NVIDIA GB200" (before B200: the name contains it)
     (r"\bB200\b", None, "B200"),
+    (r"\bMI355X\b", None, "MI355X"),  # ROCm: "AMD Instinct MI355X"
+    (r"\bMI350X\b", None, "MI350X"),
     (r"\bMI325X\b", None, "MI325X"),  # ROCm: "AMD Instinct MI325X"
     (r"\bMI300X\b", None, "MI300X"),
     (r"\bL40S\b", None, "L40S"),
@@ -107,6 +111,7 @@ _GPU_PATTERNS: tuple[tuple[str, float | None, str], ...] = (
     (r"\bA10G\b", None, "A10G"),
     (r"\bL4\b", None, "L4"),
     (r"\bT4\b", None, "T4"),
+    (r"RTX\s*5090", None, "RTX5090"),
     (r"RTX\s*4090", None, "RTX4090"),
     (r"RTX\s*3090", None, "RTX3090"),
 )
