@@ -7,8 +7,11 @@ docs/validation-sources.md section 3), builds each run as a job (its rows, featu
 hardware it names — CPU runs on as many physical cores as the threads they used, GPU runs on the catalog's row
 (consumer Pascal cards from NVIDIA's product pages) — and prints the predicted training time against the published
 one as a factor (predicted / measured), and the GPU memory where the source printed it. Left out, with the reason
-printed: XGBoost's ``exact`` method (trainplan plans ``hist``) and LightGBM's multi-machine runs (not modelled).
-The default rates are used (no calibration from this machine's runs).
+printed: XGBoost's ``exact`` method (trainplan plans ``hist``) and the comparison page's 2017 runs, whose library
+masters are older than any release trainplan measured (the page's 2020 update re-ran them; those rows name their
+releases, ``library_version``, priced by tabular_releases.csv). The default rates are used (no calibration from this
+machine's runs). ``--no-releases`` prices every run at the rates' own releases (the comparison before
+``library_version``).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "published_tabul
 PASCAL = {"GTX1080Ti": (11.0, 484.0), "GTX1080": (8.0, 320.0)}
 
 
-def job_of(rec: dict) -> object:
+def job_of(rec: dict, *, releases: bool = True) -> object:
     fields = {"kind": "tabular", "name": rec["id"], "library": rec["library"], "rows": rec["rows"],
               "features": rec["features"], "trees": rec.get("trees") or 100, "cv_folds": 1,
               "learning_rate": rec.get("learning_rate", 0.1)}  # fmt: skip
@@ -43,6 +46,8 @@ def job_of(rec: dict) -> object:
         fields["num_leaves"] = rec["num_leaves"]
     if rec.get("density"):
         fields["density"] = rec["density"]
+    if releases and rec.get("library_version"):
+        fields["library_version"] = rec["library_version"]
     if rec.get("max_bin"):
         fields["max_bins"] = rec["max_bin"]
     elif "max_bin 63" in str(rec.get("algorithm")):
@@ -70,10 +75,17 @@ def hardware_of(rec: dict, cat):  # noqa: ANN001, ANN201
 def skip_reason(rec: dict) -> str | None:
     if rec.get("algorithm") == "exact":
         return "xgboost exact: trainplan plans hist"
+    if rec.get("superseded_by"):
+        return f"2017 masters, older than any measured release; re-run in 2020 as {rec['superseded_by']}"
     return None
 
 
 def main() -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--no-releases", action="store_true", help="price every run at the rates' own library release")
+    args = ap.parse_args()
     cat = get_catalog()
     rows = yaml.safe_load(DATA.read_text())
     factors: list[float] = []
@@ -85,7 +97,7 @@ def main() -> None:
         if why:
             print(f"{rec['id']:46} skipped: {why}")
             continue
-        job, hw = job_of(rec), hardware_of(rec, cat)
+        job, hw = job_of(rec, releases=not args.no_releases), hardware_of(rec, cat)
         m = rec["measured"]
         if "gpu_memory_mb" in m:
             predicted = gpu_memory_bytes(job, cat).peak / 2**20

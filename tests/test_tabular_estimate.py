@@ -308,3 +308,99 @@ def test_categorical_columns_are_catboost_s_and_at_most_the_features() -> None:
         with pytest.raises(SpecError) as err:
             _job(**fields)
         assert words in str(err.value) and "categorical_features" in f"{err.value.field} {err.value}"
+
+
+def _releases(library: str) -> list:
+    from trainplan.catalog.loader import release_key
+
+    cat = get_catalog()
+    return sorted((r for (lib, _), r in cat.tabular_releases.items() if lib == library), key=lambda r: release_key(r.release))
+
+
+@pytest.mark.parametrize("library", ["xgboost", "lightgbm"])
+def test_a_named_release_is_priced_by_its_measured_terms(library) -> None:
+    """library_version: each cost term of the CPU rate scaled by that release's measured factor (tabular_releases.csv);
+    the rates' own release prices as no release named; the estimate says which release priced it."""
+    cat = get_catalog()
+    hw = local_cpu_hardware(4)
+    base = estimate_tabular(_job(library=library), hw, cat)
+    releases = _releases(library)
+    assert len(releases) >= 3 and releases[-1].dense_cell_factor == 1.0  # the rates' own release is the newest row
+    same = estimate_tabular(_job(library=library, library_version=releases[-1].release), hw, cat)
+    assert same.train_s == pytest.approx(base.train_s)
+    for r in releases[:-1]:
+        e = estimate_tabular(_job(library=library, library_version=r.release), hw, cat)
+        factors = (r.dense_cell_factor, r.sparse_cell_factor, r.split_bin_factor, r.row_level_factor, r.prep_factor)
+        # compute time scales by a mix of the term factors; the thread synchronisation is not scaled
+        sync = base.time_breakdown.get("thread_sync_s", 0.0)
+        ratio = (e.time_breakdown["fit_s"] - sync) / (base.time_breakdown["fit_s"] - sync)
+        assert min(factors) - 1e-9 <= ratio <= max(factors) + 1e-9
+        assert any(f"{library} {r.release} priced by its measured time per term" in n for n in e.notes)
+
+
+def test_a_release_between_two_measured_takes_the_older_one_and_one_before_all_is_refused() -> None:
+    from trainplan.errors import CatalogError
+
+    cat = get_catalog()
+    hw = local_cpu_hardware(2)
+    older, newer = _releases("xgboost")[:2]
+    major, minor, patch = (older.release.split(".") + ["0"])[:3]
+    between = f"{major}.{minor}.{int(patch) + 1}"
+    assert between != newer.release
+    e = estimate_tabular(_job(library_version=between), hw, cat)
+    assert e.train_s == pytest.approx(estimate_tabular(_job(library_version=older.release), hw, cat).train_s)
+    assert any(f"priced by {older.release}'s (the nearest measured release below it)" in n for n in e.notes)
+    with pytest.raises(CatalogError, match=r"library_version: xgboost 0\.1 is older than every measured release"):
+        estimate_tabular(_job(library_version="0.1"), hw, cat)
+    # calibrated: the measured rate is of the installed release; the named one is said, not applied
+    c = estimate_tabular(_job(library_version=older.release), hw, cat, ns_per_cell=3.0)
+    assert c.train_s == pytest.approx(estimate_tabular(_job(), hw, cat, ns_per_cell=3.0).train_s)
+    assert any("not applied" in n for n in c.notes)
+
+
+@pytest.mark.parametrize(
+    "fields,needle",
+    [({"library_version": "latest"}, "must be a release number like 1.7.6, got 'latest'"),
+     ({"library_version": "1.7.6; rm -rf /"}, "must be a release number"),
+     ({"library": "catboost", "library_version": "1.2.10"}, "releases are measured for xgboost and lightgbm only")],
+)  # fmt: skip
+def test_bad_library_version_is_one_line_naming_the_field(fields, needle) -> None:
+    from trainplan.errors import SpecError
+
+    with pytest.raises(SpecError) as info:
+        _job(**fields)
+    assert "library_version" in str(info.value) and needle in str(info.value) and "\n" not in str(info.value)
+
+
+def test_run_refuses_a_job_naming_another_release_than_the_installed_one() -> None:
+    import xgboost
+
+    from trainplan.errors import SpecError
+    from trainplan.run.api import check_library_release
+
+    installed = xgboost.__version__
+    check_library_release(_job(library_version=".".join(installed.split(".")[:2])))  # the same major.minor runs
+    with pytest.raises(SpecError, match=f"names xgboost 0.90 but {installed} is installed"):
+        check_library_release(_job(library_version="0.90"))
+
+
+def test_a_bad_release_row_is_refused_with_its_file_line_and_column(tmp_path) -> None:
+    import csv
+    import shutil
+
+    from trainplan.catalog import DATA_DIR, load_catalog
+
+    for f in DATA_DIR.iterdir():
+        if f.is_file():
+            shutil.copy(f, tmp_path / f.name)
+    path = tmp_path / "tabular_releases.csv"
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        header, first = reader.fieldnames, next(reader)
+    for column, value, message in (("release", "one", "must be a release number"), ("prep_factor", "0", "must be > 0")):
+        with path.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=header)
+            writer.writeheader()
+            writer.writerow(first | {column: value})
+        issues = [str(i) for i in load_catalog(tmp_path).issues]
+        assert any(i.startswith(f"tabular_releases.csv:2: {column}: {message}") for i in issues), issues

@@ -457,6 +457,9 @@ class TabularJob(_JobBase):
     density: Annotated[float, Field(gt=0, le=1)] = 1.0
     # how many of the features are categorical columns CatBoost encodes itself (ordered target statistics)
     categorical_features: Annotated[int, Field(ge=0)] = 0
+    # the library release that will train (XGBoost, LightGBM): older releases are priced by their measured speed
+    # relative to the release the rates were measured with (tabular_releases.csv); None: that release
+    library_version: str | None = None
 
     @field_validator("categorical_features")
     @classmethod
@@ -467,6 +470,17 @@ class TabularJob(_JobBase):
                              f"{library.value}, one-hot encode them and give density (the stored fraction)")  # fmt: skip
         if features is not None and v > features:
             raise ValueError(f"{v} is more than the job's {features} features")
+        return v
+
+    @field_validator("library_version")
+    @classmethod
+    def _release_libraries(cls, v: str | None, info: ValidationInfo) -> str | None:
+        library = info.data.get("library")
+        if v is not None and not re.fullmatch(r"\d+\.\d+(\.\d+)?", v):
+            raise ValueError(f"must be a release number like 1.7.6, got {v!r}")
+        if v is not None and library is not None and library not in (TabularLibrary.XGBOOST, TabularLibrary.LIGHTGBM):
+            raise ValueError(f"releases are measured for xgboost and lightgbm only; {library.value} is priced at the "
+                             "release its rate was measured with: leave library_version out")  # fmt: skip
         return v
 
     @field_validator("density")

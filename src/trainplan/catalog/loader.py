@@ -131,6 +131,32 @@ class TabularRate:
 
 
 @dataclass(frozen=True)
+class TabularRelease:
+    """How much longer an older release of a histogram GBDT library takes than the release ``tabular_rates.csv`` was
+    measured with, per cost term (benchmarks/tabular_versions.py: both releases timed on one machine, one thread)."""
+
+    library: str
+    release: str  # "1.0.2"
+    dense_cell_factor: float
+    sparse_cell_factor: float
+    split_bin_factor: float
+    row_level_factor: float
+    prep_factor: float
+    source: str
+    as_of: str
+
+    @property
+    def key(self) -> tuple[int, ...]:
+        return release_key(self.release)
+
+
+def release_key(release: str) -> tuple[int, ...]:
+    """``"1.0.2"`` → (1, 0, 2), padded to three parts, for ordering releases."""
+    parts = tuple(int(p) for p in release.split("."))
+    return parts + (0,) * (3 - len(parts))
+
+
+@dataclass(frozen=True)
 class GridIntensity:
     """Carbon intensity of the electricity a cloud region draws (location-based), per kWh."""
 
@@ -188,6 +214,8 @@ class Catalog:
     models: dict[str, dict[str, Any]]
     assumptions: dict[str, dict[str, Any]]
     tabular_rates: dict[tuple[str, str], "TabularRate"] = field(default_factory=dict)
+    # (library, release) -> tabular_releases.csv row: an older release's time per cost term over the rates' release
+    tabular_releases: dict[tuple[str, str], "TabularRelease"] = field(default_factory=dict)
     issues: tuple[CatalogIssue, ...] = field(default=())
     stacks: dict[str, dict[str, Any]] = field(default_factory=dict)  # stacks.yaml: defaults that change memory
     grid: dict[tuple[str, str], GridIntensity] = field(default_factory=dict)  # (cloud, region) -> grid_intensity.csv row
@@ -424,6 +452,18 @@ def _build_rate(row: dict[str, str]) -> TabularRate:
 
 #: Optional columns: the per-term rates of a histogram GBDT on a CPU (all four, or none).
 _TERM_COLUMNS = ("ns_per_sparse_cell", "ns_per_split_bin", "ns_per_row_level", "prep_ns_per_cell")
+RELEASE_COLUMNS = ("library", "release", "dense_cell_factor", "sparse_cell_factor", "split_bin_factor",
+                   "row_level_factor", "prep_factor", "source", "as_of")  # fmt: skip
+_RELEASE = re.compile(r"\d+\.\d+(\.\d+)?")
+
+
+def _build_release(row: dict[str, str]) -> TabularRelease:
+    release = _req_str(row, "release")
+    if not _RELEASE.fullmatch(release):
+        raise _RowError("release", f"must be a release number like 1.0.2, got {release!r}")
+    factors = {key: _req_float(row, key) for key in RELEASE_COLUMNS[2:7]}
+    return TabularRelease(library=_req_str(row, "library"), release=release, source=row["source"].strip(),
+                          as_of=row["as_of"].strip(), **factors)  # fmt: skip
 
 
 GRID_COLUMNS = ("cloud", "region", "location", "grid_kg_co2e_per_kwh", "source", "as_of")
@@ -522,6 +562,11 @@ def load_catalog(data_dir: Path | str = DATA_DIR) -> Catalog:
             d / "tabular_rates.csv", TABULAR_RATE_COLUMNS, _build_rate, lambda r: (r.library, r.device)
         )
         issues += rate_issues
+    releases: list[TabularRelease] = []
+    if (d / "tabular_releases.csv").exists():
+        releases, release_issues = _read_rows(d / "tabular_releases.csv", RELEASE_COLUMNS, _build_release,
+                                              lambda r: (r.library, r.release))  # fmt: skip
+        issues += release_issues
     grid: list[GridIntensity] = []
     if (d / "grid_intensity.csv").exists():
         grid, grid_issues = _read_rows(d / "grid_intensity.csv", GRID_COLUMNS, _build_grid, lambda g: (g.cloud, g.region))
@@ -551,6 +596,7 @@ def load_catalog(data_dir: Path | str = DATA_DIR) -> Catalog:
         models=models,
         assumptions=assumptions,
         tabular_rates={(r.library, r.device): r for r in rates},
+        tabular_releases={(r.library, r.release): r for r in releases},
         issues=tuple(issues),
         grid={(g.cloud, g.region): g for g in grid},
         datacenters={c.cloud: c for c in centers},

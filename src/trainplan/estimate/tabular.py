@@ -31,9 +31,10 @@ on (histogram building is bandwidth-bound: Mitchell & Frank 2017,
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from trainplan.catalog import Catalog
-from trainplan.catalog.loader import TabularRate
+from trainplan.catalog.loader import TabularRate, release_key
 from trainplan.errors import CatalogError
 from trainplan.estimate.memory import GIB, MemoryBreakdown
 from trainplan.estimate.result import Estimate, Hardware, Rejection, RejectKind, job_timing
@@ -345,6 +346,58 @@ def _rate(catalog: Catalog, library: TabularLibrary, device: str) -> TabularRate
         raise CatalogError(f"no {device} rate for {library.value} in tabular_rates.csv") from None
 
 
+def _cpu_rate(job: TabularJob, catalog: Catalog, *, calibrated: bool, notes: list[str]) -> TabularRate:
+    """The CPU rate for the job's library release (:func:`release_rate`); a calibration was measured with the
+    installed release, so it is applied as measured."""
+    rate = _rate(catalog, job.library, "cpu")
+    if job.library_version is None:
+        return rate
+    if calibrated:
+        release_rate(job, rate, catalog)  # still refuse a release nothing measured
+        notes.append(f"library_version {job.library_version} not applied: the calibrated rate was measured with the "
+                     "installed release")  # fmt: skip
+        return rate
+    rate, note = release_rate(job, rate, catalog)
+    notes.append(note)  # type: ignore[arg-type]
+    return rate
+
+
+def release_rate(job: TabularJob, rate: TabularRate, catalog: Catalog) -> tuple[TabularRate, str | None]:
+    """``rate`` (a CPU rate, measured with one release of the library) for the release the job names
+    (``library_version``), and a note saying which measured release priced it.
+
+    Each cost term is scaled by the older release's measured time per term over the rates' release
+    (tabular_releases.csv, benchmarks/tabular_versions.py): the newest measured release at or below the named one,
+    the measured code nearest to it (releases do not only get faster: LightGBM 3.3.5 measured faster than 4.7.0); a
+    named release older than every measured one is refused — a guess would be a silent answer."""
+    if job.library_version is None:
+        return rate, None
+    lib = job.library.value
+    measured = sorted((r for (name, _), r in catalog.tabular_releases.items() if name == lib), key=lambda r: r.key)
+    if not measured:
+        raise CatalogError(f"no release of {lib} is measured (tabular_releases.csv); leave it out to price the "
+                           "release the rates were measured with", field="library_version")  # fmt: skip
+    below = [r for r in measured if r.key <= release_key(job.library_version)]
+    if not below:
+        raise CatalogError(f"{lib} {job.library_version} is older than every measured release (measured: "
+                           f"{', '.join(r.release for r in measured)}; benchmarks/tabular_versions.py measures another)",
+                           field="library_version")  # fmt: skip
+    r = below[-1]
+    priced = replace(
+        rate,
+        ns_per_cell=rate.ns_per_cell * r.dense_cell_factor,
+        ns_per_sparse_cell=None if rate.ns_per_sparse_cell is None else rate.ns_per_sparse_cell * r.sparse_cell_factor,
+        ns_per_split_bin=None if rate.ns_per_split_bin is None else rate.ns_per_split_bin * r.split_bin_factor,
+        ns_per_row_level=None if rate.ns_per_row_level is None else rate.ns_per_row_level * r.row_level_factor,
+        prep_ns_per_cell=None if rate.prep_ns_per_cell is None else rate.prep_ns_per_cell * r.prep_factor,
+    )  # fmt: skip
+    which = "its" if r.key == release_key(job.library_version) else f"{r.release}'s (the nearest measured release below it)"
+    return priced, (f"{lib} {job.library_version} priced by {which} measured time per term over the rates' release: "
+                    f"x{r.dense_cell_factor:.2f} dense / x{r.sparse_cell_factor:.2f} sparse histogram cells, "
+                    f"x{r.split_bin_factor:.2f} split scans, x{r.row_level_factor:.2f} row passes, "
+                    f"x{r.prep_factor:.2f} binning")  # fmt: skip
+
+
 def histogram_sync(job: TabularJob) -> tuple[float, float]:
     """(bytes, ring volume factor) of the histogram exchange per boosting round when one model trains data parallel.
 
@@ -402,6 +455,10 @@ def estimate_tabular(job: TabularJob, hw: Hardware, catalog: Catalog, *, ns_per_
     gpus = hw.layout.gpus_per_node if hw.accelerator is not None else 1
     gpu_fixed_s = 0.0
     if hw.accelerator is not None and reason is None:
+        if job.library_version is not None:
+            release_rate(job, _rate(catalog, job.library, "cpu"), catalog)  # a release nothing measured is refused here too
+            notes.append(f"library_version {job.library_version} is priced on CPUs only: the GPU rate is of its own "
+                         "source's release")  # fmt: skip
         rate = _rate(catalog, job.library, "gpu")
         cells = work_cells(job, rate=rate)  # histogram cells of the stored values: the GPU rate's unit
         ns = ns_per_cell if ns_per_cell is not None else rate.ns_per_cell * (rate.ref_mem_bandwidth_gb_s or 1) / hw.accelerator.mem_bandwidth_gb_s
@@ -432,7 +489,7 @@ def estimate_tabular(job: TabularJob, hw: Hardware, catalog: Catalog, *, ns_per_
         # one model over the machines, data parallel (xgboost.dask / LightGBM Dask, one worker a node): each machine
         # bins and builds the histograms of its share of the rows and scans every split; the histograms are summed
         # over the network each round; folds one after another, each over every machine
-        rate = _rate(catalog, job.library, "cpu")
+        rate = _cpu_rate(job, catalog, calibrated=calibrated, notes=notes)
         nodes = hw.layout.nodes
         cells = work_cells(job, rows=math.ceil(fit_rows(job) / nodes), rate=rate)
         ns = ns_per_cell if ns_per_cell is not None else rate.ns_per_cell
@@ -456,7 +513,7 @@ def estimate_tabular(job: TabularJob, hw: Hardware, catalog: Catalog, *, ns_per_
         notes.append(f"one model over {nodes} machines with {dask_name} (data parallel, one worker a machine): "
                      f"{sync_s:.1f} s of histogram exchange per fit; Dask's per-round overheads not modelled")  # fmt: skip
     else:
-        rate = _rate(catalog, job.library, "cpu")
+        rate = _cpu_rate(job, catalog, calibrated=calibrated, notes=notes)
         cells = work_cells(job, rate=rate)
         ns = ns_per_cell if ns_per_cell is not None else rate.ns_per_cell
         parallel_fits = max(1, min(folds, int(cores)))

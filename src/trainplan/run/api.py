@@ -180,6 +180,24 @@ def job_json(job: Any) -> dict[str, Any]:
     return job.model_dump(mode="json", exclude_none=True)
 
 
+def check_library_release(job: Any) -> None:
+    """A tabular job that names its library release (``library_version``) runs with that release: the run measures
+    the installed one, so a different major.minor is refused (its prediction would be of another release)."""
+    if getattr(job, "library_version", None) is None:
+        return
+    import importlib
+
+    lib = job.library.value
+    try:  # the module's own version: XGBoost's CPU-only wheel is the distribution xgboost-cpu
+        installed = str(importlib.import_module(lib).__version__)
+    except ImportError:
+        return  # the workload says the library is missing, with how to install it
+    if installed.split(".")[:2] != job.library_version.split(".")[:2]:
+        raise SpecError(f"the job names {lib} {job.library_version} but {installed} is installed; trainplan run measures "
+                        f"the installed release: install {lib}=={job.library_version} or set library_version: "
+                        f"{'.'.join(installed.split('.')[:3])}", field="library_version")  # fmt: skip
+
+
 def check_job(job: Any, script: Path | None) -> Any:
     """Reject bad input before launching; returns the job as the prediction should see it.
 
@@ -196,6 +214,7 @@ def check_job(job: Any, script: Path | None) -> Any:
     if job.kind is JobKind.TABULAR:
         from trainplan.run.workloads.tabular import inspect_data
 
+        check_library_release(job)
         shape = inspect_data(job)
         return job.model_copy(update={"rows": shape.rows, "features": shape.features, "density": shape.density})
     if script is not None:
