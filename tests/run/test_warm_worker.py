@@ -3,6 +3,7 @@ interpreter already imports torch and transformers; a one-process launch is hand
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -65,5 +66,7 @@ def test_a_launch_it_cannot_run_ends_it_and_falls_back(tmp_path) -> None:
     proc = warm.proc
     torchrun = launch.LaunchSpec(argv=[sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "x"], env={})
     assert warm.take(torchrun, tmp_path / "launch.log") is None
-    assert proc is not None and proc.returncode == 0 and warm.proc is None  # closed stdin: it exited by itself
+    # ended, not left behind: a closed stdin ends it once its imports are done (exit 0); one still importing after
+    # launch._close's 5 s (a loaded 2-core CI machine took longer) is killed
+    assert proc is not None and proc.returncode in (0, -signal.SIGKILL) and warm.proc is None
     warm.discard()  # nothing left to discard
