@@ -91,6 +91,7 @@ def main() -> None:
     factors: list[float] = []
     memory: list[tuple[str, float, float]] = []
     scaling: dict[int, tuple[float, float]] = {}  # machines -> (published s, predicted s) of the data-parallel runs
+    timed: dict[str, tuple[float, float]] = {}  # id -> (published s, predicted s)
     print(f"{'record':46} {'hardware':12} {'published s':>12} {'predicted s':>12} {'factor':>7}")
     for rec in rows:
         why = skip_reason(rec)
@@ -108,6 +109,7 @@ def main() -> None:
         predicted = e.train_s
         factor = predicted / published
         factors.append(factor)
+        timed[rec["id"]] = (published, predicted)
         where = rec["hardware"].get("accelerator") or f"{rec['hardware']['threads']} threads"
         if "tree_learner=data" in str(rec.get("algorithm")):
             machines = int(rec["hardware"].get("machines") or 1)
@@ -121,6 +123,11 @@ def main() -> None:
         base_pub, base_pred = scaling[1]
         print("data-parallel speed-up over one machine (LightGBM, Criteo), published / predicted: " + ", ".join(
             f"{m} machines {base_pub / p:.2f} / {base_pred / q:.2f}" for m, (p, q) in sorted(scaling.items()) if m > 1))
+    pairs = [(k, k.replace("gbmperf2024-", "gbmperf-")) for k in timed if k.startswith("gbmperf2024-")]
+    if pairs:  # the same benchmark on the same r4.8xlarge with the masters of 2019-04-29 and 2024-06-04
+        print("\nrelease speed-up on one r4.8xlarge, 2019 -> 2024 masters (older time / newer), published / predicted: "
+              + ", ".join(f"{k.removeprefix('gbmperf2024-cpu-airline-')} {timed[old][0] / timed[k][0]:.2f} / "
+                          f"{timed[old][1] / timed[k][1]:.2f}" for k, old in pairs if old in timed))  # fmt: skip
     if memory:
         print(f"\n{'GPU memory record':46} {'published MiB':>14} {'predicted MiB':>14} {'err':>7}")
         for name, predicted, published in memory:
