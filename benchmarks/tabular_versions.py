@@ -5,8 +5,10 @@ bcad692 of March 2020; GBM-perf's CPU table: both libraries' masters of April 20
 tabular_rates.csv are of today's releases.  This script times the boosting rounds and the data preparation of
 ``benchmarks/tabular_terms.py``'s shapes (one thread, 20 trees) in each interpreter named by ``--env`` (a virtual
 environment holding one older release: ``python -m venv E && E/bin/pip install "numpy<2" scipy xgboost==0.90``)
-and in this one (the reference release), and prints the ratio per shape: grid A's median is the release's factor
-(the ``speed_factor`` of tabular_versions.csv), grid B's shapes check it.
+and in this one (the reference release), and prints the ratio per shape.  The four term rates of each release are
+fitted on grid A; their ratios (and the median preparation ratio) are the factors of tabular_releases.csv, and grid
+B's shapes check them (beside one factor for all terms, grid A's median ratio).  ``--save`` keeps the raw timings,
+``--load`` reports them again.
 
     python benchmarks/tabular_versions.py --env /tmp/v_xgboost_0_90/bin/python [--env ...] [--library xgboost] [--trees 20]
 """

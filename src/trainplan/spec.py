@@ -30,6 +30,7 @@ from pydantic import (
 )
 
 from trainplan.catalog import Catalog, resolve_model
+from trainplan.catalog.loader import RELEASE_PATTERN
 from trainplan.errors import SpecError
 from trainplan.model import STRICT, ModelArch, NonNegativeInt, PositiveFloat, PositiveInt
 from trainplan.zoo import FACTORY, ZOO, check_resolution
@@ -476,7 +477,7 @@ class TabularJob(_JobBase):
     @classmethod
     def _release_libraries(cls, v: str | None, info: ValidationInfo) -> str | None:
         library = info.data.get("library")
-        if v is not None and not re.fullmatch(r"\d+\.\d+(\.\d+)?", v):
+        if v is not None and not RELEASE_PATTERN.fullmatch(v):
             raise ValueError(f"must be a release number like 1.7.6, got {v!r}")
         if v is not None and library is not None and library not in (TabularLibrary.XGBOOST, TabularLibrary.LIGHTGBM):
             raise ValueError(f"releases are measured for xgboost and lightgbm only; {library.value} is priced at the "

@@ -454,12 +454,12 @@ def _build_rate(row: dict[str, str]) -> TabularRate:
 _TERM_COLUMNS = ("ns_per_sparse_cell", "ns_per_split_bin", "ns_per_row_level", "prep_ns_per_cell")
 RELEASE_COLUMNS = ("library", "release", "dense_cell_factor", "sparse_cell_factor", "split_bin_factor",
                    "row_level_factor", "prep_factor", "source", "as_of")  # fmt: skip
-_RELEASE = re.compile(r"\d+\.\d+(\.\d+)?")
+RELEASE_PATTERN = re.compile(r"\d+\.\d+(\.\d+)?")  # a library release: 1.7 or 1.7.6
 
 
 def _build_release(row: dict[str, str]) -> TabularRelease:
     release = _req_str(row, "release")
-    if not _RELEASE.fullmatch(release):
+    if not RELEASE_PATTERN.fullmatch(release):
         raise _RowError("release", f"must be a release number like 1.0.2, got {release!r}")
     factors = {key: _req_float(row, key) for key in RELEASE_COLUMNS[2:7]}
     return TabularRelease(library=_req_str(row, "library"), release=release, source=row["source"].strip(),

@@ -34,7 +34,7 @@ import math
 from dataclasses import replace
 
 from trainplan.catalog import Catalog
-from trainplan.catalog.loader import TabularRate, release_key
+from trainplan.catalog.loader import TabularRate, TabularRelease, release_key
 from trainplan.errors import CatalogError
 from trainplan.estimate.memory import GIB, MemoryBreakdown
 from trainplan.estimate.result import Estimate, Hardware, Rejection, RejectKind, job_timing
@@ -353,7 +353,7 @@ def _cpu_rate(job: TabularJob, catalog: Catalog, *, calibrated: bool, notes: lis
     if job.library_version is None:
         return rate
     if calibrated:
-        release_rate(job, rate, catalog)  # still refuse a release nothing measured
+        release_row(job, catalog)  # still refuse a release nothing measured
         notes.append(f"library_version {job.library_version} not applied: the calibrated rate was measured with the "
                      "installed release")  # fmt: skip
         return rate
@@ -362,16 +362,13 @@ def _cpu_rate(job: TabularJob, catalog: Catalog, *, calibrated: bool, notes: lis
     return rate
 
 
-def release_rate(job: TabularJob, rate: TabularRate, catalog: Catalog) -> tuple[TabularRate, str | None]:
-    """``rate`` (a CPU rate, measured with one release of the library) for the release the job names
-    (``library_version``), and a note saying which measured release priced it.
-
-    Each cost term is scaled by the older release's measured time per term over the rates' release
-    (tabular_releases.csv, benchmarks/tabular_versions.py): the newest measured release at or below the named one,
-    the measured code nearest to it (releases do not only get faster: LightGBM 3.3.5 measured faster than 4.7.0); a
-    named release older than every measured one is refused — a guess would be a silent answer."""
+def release_row(job: TabularJob, catalog: Catalog) -> TabularRelease | None:
+    """The tabular_releases.csv row that prices the job's ``library_version`` (None when it names none): the newest
+    measured release at or below the named one, the measured code nearest to it (releases do not only get faster:
+    LightGBM 3.3.5 measured faster than 4.7.0); a named release older than every measured one is refused — a guess
+    would be a silent answer."""
     if job.library_version is None:
-        return rate, None
+        return None
     lib = job.library.value
     measured = sorted((r for (name, _), r in catalog.tabular_releases.items() if name == lib), key=lambda r: r.key)
     if not measured:
@@ -382,19 +379,33 @@ def release_rate(job: TabularJob, rate: TabularRate, catalog: Catalog) -> tuple[
         raise CatalogError(f"{lib} {job.library_version} is older than every measured release (measured: "
                            f"{', '.join(r.release for r in measured)}; benchmarks/tabular_versions.py measures another)",
                            field="library_version")  # fmt: skip
-    r = below[-1]
+    return below[-1]
+
+
+def release_rate(job: TabularJob, rate: TabularRate, catalog: Catalog) -> tuple[TabularRate, str | None]:
+    """``rate`` (a CPU rate, measured with one release of the library) for the release the job names
+    (``library_version``), and a note saying which measured release priced it: each cost term scaled by that
+    release's measured time per term over the rates' release (:func:`release_row`; benchmarks/tabular_versions.py)."""
+    r = release_row(job, catalog)
+    if r is None:
+        return rate, None
+
+    def scaled(value: float | None, factor: float) -> float | None:
+        return None if value is None else value * factor
+
     priced = replace(
         rate,
         ns_per_cell=rate.ns_per_cell * r.dense_cell_factor,
-        ns_per_sparse_cell=None if rate.ns_per_sparse_cell is None else rate.ns_per_sparse_cell * r.sparse_cell_factor,
-        ns_per_split_bin=None if rate.ns_per_split_bin is None else rate.ns_per_split_bin * r.split_bin_factor,
-        ns_per_row_level=None if rate.ns_per_row_level is None else rate.ns_per_row_level * r.row_level_factor,
-        prep_ns_per_cell=None if rate.prep_ns_per_cell is None else rate.prep_ns_per_cell * r.prep_factor,
-    )  # fmt: skip
-    which = "its" if r.key == release_key(job.library_version) else f"{r.release}'s (the nearest measured release below it)"
-    return priced, (f"{lib} {job.library_version} priced by {which} measured time per term over the rates' release: "
-                    f"x{r.dense_cell_factor:.2f} dense / x{r.sparse_cell_factor:.2f} sparse histogram cells, "
-                    f"x{r.split_bin_factor:.2f} split scans, x{r.row_level_factor:.2f} row passes, "
+        ns_per_sparse_cell=scaled(rate.ns_per_sparse_cell, r.sparse_cell_factor),
+        ns_per_split_bin=scaled(rate.ns_per_split_bin, r.split_bin_factor),
+        ns_per_row_level=scaled(rate.ns_per_row_level, r.row_level_factor),
+        prep_ns_per_cell=scaled(rate.prep_ns_per_cell, r.prep_factor),
+    )
+    exact = r.key == release_key(job.library_version)  # type: ignore[arg-type]
+    which = "its" if exact else f"{r.release}'s (the nearest measured release below it)"
+    return priced, (f"{job.library.value} {job.library_version} priced by {which} measured time per term over the "
+                    f"rates' release: x{r.dense_cell_factor:.2f} dense / x{r.sparse_cell_factor:.2f} sparse histogram "
+                    f"cells, x{r.split_bin_factor:.2f} split scans, x{r.row_level_factor:.2f} row passes, "
                     f"x{r.prep_factor:.2f} binning")  # fmt: skip
 
 
@@ -456,7 +467,7 @@ def estimate_tabular(job: TabularJob, hw: Hardware, catalog: Catalog, *, ns_per_
     gpu_fixed_s = 0.0
     if hw.accelerator is not None and reason is None:
         if job.library_version is not None:
-            release_rate(job, _rate(catalog, job.library, "cpu"), catalog)  # a release nothing measured is refused here too
+            release_row(job, catalog)  # a release nothing measured is refused here too
             notes.append(f"library_version {job.library_version} is priced on CPUs only: the GPU rate is of its own "
                          "source's release")  # fmt: skip
         rate = _rate(catalog, job.library, "gpu")
