@@ -181,6 +181,10 @@ class StackKnobs(BaseModel):
     # MoE: the routed experts' outputs are combined by a bmm over an fp32 copy of them (torchtitan's MoE), which keeps
     # that copy for backward instead of the 16-bit outputs transformers' routing-weight product keeps
     moe_fp32_combine: bool | None = None
+    # MoE: the routed experts' activation (its clamps and the routing-weight product included) runs as one fused or
+    # compiled function that keeps only its input and the fp32 routing weight (Megatron-Core's weighted_bias_swiglu_impl,
+    # NeMo AutoModel's torch.compile'd quick_geglu_deepep / swiglu_oai_deepep), not eager autograd's intermediates
+    moe_fused_activation: bool | None = None
     # with compile: whether the loss is compiled too (torchtune's compile_loss, torchtitan's "loss" compile component,
     # an HF model's own loss inside its compiled forward) or runs eagerly after a compiled model (a hand-written loop)
     compile_loss: bool | None = None

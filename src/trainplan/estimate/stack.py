@@ -23,8 +23,8 @@ from trainplan.strategies import Engine
 KNOB_NAMES = ("loss", "loss_chunks", "loss_chunk_tokens", "compile", "optimizer_in_backward", "activation_offloading",
               "fused_optimizer", "paged_optimizer", "unsharded_accumulation", "frozen_weight_gradients",
               "frozen_weights_fp32", "loss_upcast", "fused_kernels", "qlora_fp32_params", "tf32_matmul", "fp8_all_gather",
-              "selective_recompute", "moe_fp32_combine", "compile_loss", "recompute_modules",
-              "lora_fp32_adapters", "pipeline_first_stage_less_layers", "pipeline_last_stage_less_layers")  # fmt: skip
+              "selective_recompute", "moe_fp32_combine", "moe_fused_activation", "compile_loss",
+              "recompute_modules", "lora_fp32_adapters", "pipeline_first_stage_less_layers", "pipeline_last_stage_less_layers")  # fmt: skip
 _ENUMS = (LossImpl, FusedKernels, SelectiveRecompute)
 # whose LoRA layers a stack trains (stacks.yaml lora_implementation): the three measured, or its own (counted as before)
 LORA_IMPLEMENTATIONS = ("peft", "torchtune", "litgpt", "own")
@@ -54,6 +54,7 @@ class Knobs:
     fp8_all_gather: bool = False  # precision fp8 under FSDP: the float8 linears' weights all-gathered in FP8
     selective_recompute: SelectiveRecompute = SelectiveRecompute.ATTENTION_CORE  # what `selective` keeps
     moe_fp32_combine: bool = False  # MoE experts' outputs combined over an fp32 copy (torchtitan)
+    moe_fused_activation: bool = False  # MoE experts' activation fused or compiled: keeps only its input (AutoModel)
     compile_loss: bool = False  # the loss is compiled with the model (only meaningful with compile)
     # selective checkpointing Megatron-Core's way (attention-core): the submodules each layer recomputes
     recompute_modules: frozenset[RecomputeModule] = MEGATRON_DEFAULT_MODULES
@@ -111,7 +112,7 @@ def effective_knobs(job: TorchJob | TransformerJob, catalog: Catalog) -> Knobs:
         raise SpecError("applies to language-model (kind: transformer) jobs; a torch job's loss is its `loss:` function",
                         field="knobs.loss")  # fmt: skip
     for key in ("frozen_weights_fp32", "loss_upcast", "fused_kernels", "qlora_fp32_params", "selective_recompute",
-                "moe_fp32_combine", "compile_loss", "recompute_modules", "lora_fp32_adapters",
+                "moe_fp32_combine", "moe_fused_activation", "compile_loss", "recompute_modules", "lora_fp32_adapters",
                 "pipeline_first_stage_less_layers", "pipeline_last_stage_less_layers"):
         if isinstance(job, TorchJob) and key in explicit:
             raise SpecError("applies to language-model (kind: transformer) jobs; a traced model keeps what its own code "
@@ -164,6 +165,7 @@ def effective_knobs(job: TorchJob | TransformerJob, catalog: Catalog) -> Knobs:
         fp8_all_gather=bool(merged.get("fp8_all_gather", False)),
         selective_recompute=SelectiveRecompute(merged.get("selective_recompute", "attention-core")),
         moe_fp32_combine=bool(merged.get("moe_fp32_combine", False)),
+        moe_fused_activation=bool(merged.get("moe_fused_activation", False)),
         # with compile on: the stack's rule (stacks.yaml), else compiled with the model
         compile_loss=bool(merged.get("compile", False)) and bool(merged.get("compile_loss", True)),
         recompute_modules=MEGATRON_DEFAULT_MODULES if modules is None else frozenset(RecomputeModule(m) for m in modules),

@@ -74,6 +74,8 @@ def resolve_transformer(job: TransformerJob, catalog: Catalog | None = None) -> 
     if job.knobs.moe_fp32_combine and arch.moe is None:
         raise SpecError("combines routed experts' outputs in fp32: it needs a mixture-of-experts model, and this one is "
                         "dense", field="knobs.moe_fp32_combine")  # fmt: skip
+    if k.moe_fused_activation or job.knobs.moe_fused_activation:
+        _check_fused_activation(job, arch, k)
     _check_recompute_modules(job, arch)
     if job.lora_spec is not None and job.lora_spec.dropout > 0 and (k.compile or k.fused_kernels is not FusedKernels.NONE
                                                                     or arch.gelu_python):
@@ -201,6 +203,23 @@ def _saved_kv_dim(arch: ModelArch, k: Knobs) -> float:
     return q if k.expanded_kv else kv
 
 
+def _check_fused_activation(job: TransformerJob, arch: ModelArch, k: Knobs) -> None:
+    """knobs.moe_fused_activation holds only where its count was read: routed experts that train, the routing weight
+    applied inside the activation (so not with torchtitan's fp32 combine, which applies it after)."""
+    field = "knobs.moe_fused_activation"
+    if not k.moe_fused_activation:  # set false explicitly: nothing to hold
+        return
+    if arch.moe is None:
+        raise SpecError("fuses the routed experts' activation: it needs a mixture-of-experts model, and this one is "
+                        "dense", field=field)  # fmt: skip
+    if job.lora_spec is not None:
+        raise SpecError("is modelled for experts that train (full training); with frozen experts what the fused "
+                        "activation keeps has not been measured", field=field)  # fmt: skip
+    if k.moe_fp32_combine:
+        raise SpecError("applies the routing weight inside the activation; knobs.moe_fp32_combine (torchtitan's) "
+                        "applies it after the experts — set one of them", field=field)  # fmt: skip
+
+
 def _check_recompute_modules(job: TransformerJob, arch: ModelArch) -> None:
     """knobs.recompute_modules names only submodules the model has (Megatron-Core skips the others silently)."""
     mods = set(job.knobs.recompute_modules or ())
@@ -254,7 +273,8 @@ def module_recompute_working(job: TransformerJob, arch: ModelArch, k: Knobs) -> 
         return max(0.0, dense)
     shared = (_layer_bytes(job, arch, k, arch.moe.shared_ffn_hidden)
               - _layer_bytes(job, arch, k, kept_ffn(job, arch, k, moe=True)))  # fmt: skip
-    routed = routed_expert_bytes(job, arch, fp32_combine=k.moe_fp32_combine, act_recomputed=RecomputeModule.MOE_ACT in mods)
+    routed = routed_expert_bytes(job, arch, fp32_combine=k.moe_fp32_combine, act_recomputed=RecomputeModule.MOE_ACT in mods,
+                                 fused_activation=k.moe_fused_activation)  # fmt: skip
     moe = shared + (routed if RecomputeModule.MOE in mods else 0.0)
     return max(0.0, dense if arch.dense_mlp_layers else 0.0, moe)
 
@@ -319,7 +339,7 @@ def block_norm_extra_bytes_per_token(arch: ModelArch, precision: Precision, *, t
 
 
 def routed_expert_bytes(job: TransformerJob, arch: ModelArch, *, fp32_combine: bool = False,
-                        act_recomputed: bool = False) -> float:  # fmt: skip
+                        act_recomputed: bool = False, fused_activation: bool = False) -> float:  # fmt: skip
     """Activations of one MoE layer's router and routed experts, for one micro-batch (beyond the layer's input).
 
     transformers 5 runs the experts as grouped GEMMs over the tokens sorted by expert
@@ -350,11 +370,24 @@ def routed_expert_bytes(job: TransformerJob, arch: ModelArch, *, fp32_combine: b
     runs under output-discarding checkpointing (``CheckpointWithoutOutput``): only its input, the gate/up output
     (2e·f), stays; what the activation keeps beyond it and its output, which down_proj keeps, are rebuilt in
     backward — 2e·f a routed token for SwiGLU (the SiLU output and the product), 5e·f for gpt-oss's clamped SwiGLU.
+
+    ``fused_activation`` (``knobs.moe_fused_activation``): the activation — its clamps and the routing-weight product
+    included — is one fused or compiled function that keeps only its input and the fp32 routing weight: Megatron-Core's
+    ``WeightedSwiGLUFunction`` (``ctx.save_for_backward(input, weights)``), NeMo AutoModel's ``quick_geglu_deepep`` /
+    ``swiglu_oai_deepep`` under ``torch.compile`` (the min-cut partitioner keeps the 16-bit input and the fp32
+    weight: measured with saved-tensor hooks, ``tests/estimate/test_moe_fused_activation.py``).  Per routed token the
+    experts then keep the gathered input (e·h, gate/up's weight gradient), the gate/up output (2e·f), the
+    activation's output that down_proj keeps (e·f) and the weight (4), and — the weight applied before down_proj —
+    nothing of down_proj's output (:func:`fused_expert_saved_bytes`).  The router and index vectors are counted as
+    for transformers (12 a slot, 24 a routed token, 4 an expert).
     """
     if arch.moe is None:
         return 0.0
     m, e, h = arch.moe, job.precision.compute_bytes, arch.hidden
     tokens = job.seq_len * job.micro_batch
+    if fused_activation:
+        per_routed = fused_expert_saved_bytes(e, h, m.expert_ffn_hidden, act_recomputed=act_recomputed) + 24
+        return tokens * (m.top_k * (per_routed + 12) + 4 * m.experts + 4)
     combine = (4 - e) * h if fp32_combine and job.lora_spec is None else 0.0
     f = m.expert_ffn_hidden
     if m.clamped_swiglu:
@@ -365,6 +398,16 @@ def routed_expert_bytes(job: TransformerJob, arch: ModelArch, *, fp32_combine: b
     else:
         per_routed = e * h + 3 * e * f + 28
     return tokens * (m.top_k * (per_routed + 12) + 4 * m.experts + 4)
+
+
+def fused_expert_saved_bytes(e: float, h: int, f: int, *, act_recomputed: bool = False) -> float:
+    """Bytes one routed token keeps in experts whose activation is fused or compiled and applies the fp32 routing
+    weight itself (``knobs.moe_fused_activation``): the gathered input that gate/up's weight gradient needs (e·h),
+    the activation's saved input — gate/up's output, 2e·f — and the weight (4), and the activation's output that
+    down_proj keeps for its weight gradient (e·f).  Megatron-Core's ``moe_act`` (``CheckpointWithoutOutput``) rebuilds
+    that output in backward: e·h + 2e·f + 4.  An expert bias scaled by the weight (AutoModel's ``_apply_bias``,
+    ``b * p``) keeps the same weight tensor, no second copy."""
+    return e * h + 2 * e * f + (0.0 if act_recomputed else e * f) + 4
 
 
 def kept_routed_expert_bytes(job: TransformerJob, arch: ModelArch, k: Knobs) -> float:
@@ -381,7 +424,8 @@ def kept_routed_expert_bytes(job: TransformerJob, arch: ModelArch, k: Knobs) -> 
         if RecomputeModule.MOE in mods:  # the whole MoE layer checkpointed: its input (counted with the layer) stays
             return 0.0
         kept = routed_expert_bytes(job, arch, fp32_combine=k.moe_fp32_combine,
-                                   act_recomputed=RecomputeModule.MOE_ACT in mods)  # fmt: skip
+                                   act_recomputed=RecomputeModule.MOE_ACT in mods,
+                                   fused_activation=k.moe_fused_activation)  # fmt: skip
         if RecomputeModule.LAYERNORM in mods:
             # Megatron's TE layer spec fuses input_layernorm into linear_qkv and a dense layer's pre_mlp_layernorm
             # into linear_fc1 (IdentityOp, which `layernorm` skips: transformer_layer.py); an MoE layer's pre-MLP
@@ -411,7 +455,8 @@ def block_activation_bytes(job: TransformerJob, arch: ModelArch, knobs: Knobs | 
         rest = _layer_bytes(whole, arch, k, arch.ffn_hidden) - dense
         if arch.moe is not None and arch.moe_layers:  # `moe` is what such a block keeps
             whole_moe = (_layer_bytes(whole, arch, k, arch.moe.shared_ffn_hidden)
-                         + routed_expert_bytes(job, arch, fp32_combine=k.moe_fp32_combine))
+                         + routed_expert_bytes(job, arch, fp32_combine=k.moe_fp32_combine,
+                                               fused_activation=k.moe_fused_activation))
             rest = max(rest, whole_moe - moe)
         return total + max(0.0, rest)
     if job.activation_checkpointing is Checkpointing.FULL:

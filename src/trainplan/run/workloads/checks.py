@@ -144,7 +144,7 @@ def as_trained(job: Any) -> tuple[Any, str | None]:
     differ = [k for k in ("loss", "loss_chunks", "compile", "optimizer_in_backward", "activation_offloading",
                           "fused_optimizer", "paged_optimizer", "unsharded_accumulation", "frozen_weight_gradients",
                           "frozen_weights_fp32", "loss_upcast", "fused_kernels", "selective_recompute", "moe_fp32_combine",
-                          "recompute_modules", "lora_fp32_adapters", "pipeline_first_stage_less_layers",
+                          "moe_fused_activation", "recompute_modules", "lora_fp32_adapters", "pipeline_first_stage_less_layers",
                           "pipeline_last_stage_less_layers")
               if getattr(stated, k) != getattr(trained, k)]
     if job.stack is Stack.PLAIN and not differ:
