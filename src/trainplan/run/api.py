@@ -180,9 +180,19 @@ def job_json(job: Any) -> dict[str, Any]:
     return job.model_dump(mode="json", exclude_none=True)
 
 
+def library_pin(job: Any) -> str | None:
+    """The pip requirement that installs a tabular job's named release (``library_version``) on the machines a
+    launch renders for: ``xgboost==2.1.4``, or ``xgboost==2.1.*`` for a major.minor; None when the job names none."""
+    version = getattr(job, "library_version", None)
+    if version is None:
+        return None
+    return f"{job.library.value}=={version}" + (".*" if version.count(".") == 1 else "")
+
+
 def check_library_release(job: Any) -> None:
     """A tabular job that names its library release (``library_version``) runs with that release: the run measures
-    the installed one, so a different major.minor is refused (its prediction would be of another release)."""
+    the installed one, so a different major.minor is refused (its prediction would be of another release).  Called
+    where the fits run: ``trainplan run`` and local launches here, the rendered worker on the nodes."""
     if getattr(job, "library_version", None) is None:
         return
     import importlib
@@ -198,11 +208,13 @@ def check_library_release(job: Any) -> None:
                         f"{'.'.join(installed.split('.')[:3])}", field="library_version")  # fmt: skip
 
 
-def check_job(job: Any, script: Path | None) -> Any:
+def check_job(job: Any, script: Path | None, *, runs_here: bool = True) -> Any:
     """Reject bad input before launching; returns the job as the prediction should see it.
 
     Tabular data is inspected (file, target column, classes) and the job's
-    ``rows`` / ``features`` replaced by the real ones.
+    ``rows`` / ``features`` replaced by the real ones.  ``runs_here``: the fits run in this Python environment, so a
+    named library release must be the installed one; a launch to other machines pins it there instead
+    (:func:`library_pin`) and the worker checks it where it runs.
     """
     if script is not None:
         if not script.is_file():
@@ -214,7 +226,8 @@ def check_job(job: Any, script: Path | None) -> Any:
     if job.kind is JobKind.TABULAR:
         from trainplan.run.workloads.tabular import inspect_data
 
-        check_library_release(job)
+        if runs_here:
+            check_library_release(job)
         shape = inspect_data(job)
         return job.model_copy(update={"rows": shape.rows, "features": shape.features, "density": shape.density})
     if script is not None:

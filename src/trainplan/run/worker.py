@@ -178,6 +178,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     job = config.load_job()
     if job.kind is JobKind.TABULAR:
+        from trainplan.errors import TrainplanError
+        from trainplan.run.api import check_library_release
+
+        try:  # on the node: a launch pins the job's named library release there; another one is refused
+            check_library_release(job)
+        except TrainplanError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         run_tabular(config, job)
     else:
         run_neural(config, job)

@@ -46,11 +46,35 @@ def extras(plan: LaunchPlan) -> str:
     return ",".join(names)
 
 
+def release_pin(plan: LaunchPlan) -> str | None:
+    """The requirement that installs the tabular library release the job names (``library_version``), for the nodes'
+    install line; the worker refuses another release where it runs (run/worker.py)."""
+    from trainplan.run.api import library_pin
+
+    return library_pin(plan.job) if plan.is_tabular else None
+
+
+def pip_install_args(plan: LaunchPlan, wheel: str) -> str:
+    """``pip install``'s arguments on a node: the wheel with the plan's extras, and the named library release."""
+    pin = release_pin(plan)
+    return f"'{wheel}[{extras(plan)}]'" + (f" '{pin}'" if pin else "")
+
+
+def cluster_release_notes(plan: LaunchPlan) -> tuple[str, ...]:
+    """A note for a driver that submits to a running cluster (Dask / Ray ``--address``): its workers must have the
+    library release the job names, which the render cannot install there."""
+    pin = release_pin(plan)
+    if pin is None or not plan.options.address:
+        return ()
+    return (f"the job names {plan.job.library.value} {plan.job.library_version}: the cluster's workers must run that "
+            f"release (pip install '{pin}'); the prediction is for it",)
+
+
 def install_hint(plan: LaunchPlan) -> str:
     """How to install trainplan on a node from the rendered wheel (a note of the targets that carry one)."""
     name, _ = installed_wheel()
     return (f"the nodes run {python(plan)} (--python to change it); where it lacks trainplan: "
-            f"{python(plan)} -m pip install '{plan.path(name)}[{extras(plan)}]'")
+            f"{python(plan)} -m pip install {pip_install_args(plan, str(plan.path(name)))}")
 
 
 def worker_target(plan: LaunchPlan, config_path: str, *, module_flag: str = "--module") -> list[str]:

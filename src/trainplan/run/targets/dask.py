@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from trainplan.errors import SpecError
 from trainplan.run.targets.base import Command, LaunchPlan, Rendered, unsupported
-from trainplan.run.targets.common import RUN_JSON, base_files, python
+from trainplan.run.targets.common import RUN_JSON, base_files, cluster_release_notes, python
 from trainplan.run.targets.tabular import header, library_params
 from trainplan.spec import TabularLibrary
 
@@ -160,4 +160,4 @@ def render(plan: LaunchPlan) -> Rendered:
         notes += (f"the plan's {p.nodes} machines each run one Dask worker with {threads} threads "
                   f"(dask worker {address} --nworkers 1 --nthreads {threads}); the driver loads the whole table on "
                   "this machine and scatters it to them, so it needs the RAM of the data once",)  # fmt: skip
-    return Rendered(plan.target, files, (Command(argv=argv, where=where, cwd=plan.out),), notes)
+    return Rendered(plan.target, files, (Command(argv=argv, where=where, cwd=plan.out),), notes + cluster_release_notes(plan))

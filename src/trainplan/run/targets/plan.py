@@ -221,7 +221,10 @@ def resolve_launch(request: LaunchRequest, *, run_dir: Path | None = None) -> La
     options = request.options
     job = apply_overrides(load_job(request.job_path), request.steps)
     # torchtitan trains its own model code (checked by run/targets/torchtitan.py), not trainplan's worker
-    checked = job if request.target in OWN_TRAINER_TARGETS else check_job(job, options.script)
+    # a named tabular release is checked against this environment only where the fits run here (local, or a Dask /
+    # Ray cluster the driver starts); elsewhere the render pins it and the worker checks it on the nodes
+    here = request.target is Target.LOCAL or (request.target in (Target.DASK, Target.RAY) and options.address is None)
+    checked = job if request.target in OWN_TRAINER_TARGETS else check_job(job, options.script, runs_here=here)
     e = choose_estimate(checked, request, catalog)
     if e.strategy == "dask-gpu" and request.target is not Target.DASK:
         raise SpecError(f"the option trains one XGBoost model over {e.hardware.layout.gpus_per_node} GPUs with "

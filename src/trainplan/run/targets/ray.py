@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from trainplan.measure.probe import Accelerator
 from trainplan.run.targets.base import Command, LaunchPlan, Rendered, unsupported
-from trainplan.run.targets.common import RUN_JSON, base_files, python, worker_env
+from trainplan.run.targets.common import RUN_JSON, base_files, cluster_release_notes, python, worker_env
 from trainplan.run.targets.tabular import header, library_params
 from trainplan.spec import TabularLibrary
 
@@ -199,4 +199,4 @@ def render(plan: LaunchPlan) -> Rendered:
     else:
         argv = (python(plan), str(plan.path(DRIVER)))
         where = "this machine (a local Ray instance)"
-    return Rendered(plan.target, files, (Command(argv=argv, where=where, cwd=plan.out),))
+    return Rendered(plan.target, files, (Command(argv=argv, where=where, cwd=plan.out),), cluster_release_notes(plan))

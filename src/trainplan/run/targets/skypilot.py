@@ -25,7 +25,7 @@ from trainplan.errors import SpecError
 from trainplan.measure.probe import Accelerator
 from trainplan.run.launch import uses_torchrun
 from trainplan.run.targets.base import Command, LaunchPlan, Rendered, unsupported
-from trainplan.run.targets.common import RUN_JSON, base_files, extras, worker_env, worker_target
+from trainplan.run.targets.common import RUN_JSON, base_files, extras, release_pin, worker_env, worker_target
 from trainplan.run.targets.wheel import installed_wheel
 from trainplan.run.targets.torchrun import node_argv
 
@@ -193,7 +193,7 @@ def render(plan: LaunchPlan) -> Rendered:
         "resources": resources,
         "envs": env,
         "file_mounts": {MOUNT: {"name": bucket, "mode": "MOUNT"}},
-        "setup": f"pip install {shlex.quote(_install(plan))}\n",
+        "setup": "pip install " + " ".join(shlex.quote(r) for r in (_install(plan), release_pin(plan)) if r) + "\n",
         "run": _run(plan),
     }
     files = base_files(plan, wheel=not plan.options.install)

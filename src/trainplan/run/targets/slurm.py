@@ -22,7 +22,8 @@ from trainplan.errors import SpecError
 from trainplan.measure.probe import Accelerator
 from trainplan.run.launch import uses_torchrun
 from trainplan.run.targets.base import Command, LaunchPlan, Rendered
-from trainplan.run.targets.common import RUN_JSON, base_files, extras, install_hint, python, worker_env, worker_target
+from trainplan.run.targets.common import (RUN_JSON, base_files, install_hint, pip_install_args, python, worker_env,
+                                          worker_target)  # fmt: skip
 from trainplan.run.targets.wheel import installed_wheel
 from trainplan.run.targets.torchrun import node_argv
 
@@ -96,7 +97,7 @@ def render(plan: LaunchPlan) -> Rendered:
     wheel, _ = installed_wheel()
     py = shlex.quote(python(plan))
     missing = (f"error: {python(plan)} cannot import trainplan on a node of this job; install it from the rendered wheel: "
-               f"{python(plan)} -m pip install '{plan.path(wheel)}[{extras(plan)}]' (or render with --python)")
+               f"{python(plan)} -m pip install {pip_install_args(plan, str(plan.path(wheel)))} (or render with --python)")
     lines += [
         "# every node must import trainplan with the interpreter below (checked on each node before the run)",
         f"srun --nodes={p.nodes} --ntasks-per-node=1 {py} -c 'import trainplan' || "
