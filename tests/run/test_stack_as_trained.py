@@ -39,6 +39,14 @@ def test_knobs_alone_are_named() -> None:
     assert "loss fused-linear → full" in note  # Liger's loss, which plain PyTorch does not have
 
 
+def test_every_knob_the_estimate_reads_is_named_when_set_aside() -> None:
+    """The knobs compared are the estimate's own list (estimate/stack.KNOB_NAMES), not a copy: FP8 all-gather and the
+    compiled loss, which the worker does not apply, are named too."""
+    job = parse_job({**JOB, "precision": "fp8", "knobs": {"fp8_all_gather": True, "compile": True, "compile_loss": True}})
+    _, note = as_trained(job)
+    assert "fp8_all_gather true → false" in note and "compile_loss true → false" in note
+
+
 def test_megatrons_recompute_modules_are_named_as_set_aside() -> None:
     job = parse_job({**JOB, "activation_checkpointing": "selective", "knobs": {"recompute_modules": ["core_attn", "mlp"]}})
     trained, note = as_trained(job)

@@ -132,7 +132,7 @@ def as_trained(job: Any) -> tuple[Any, str | None]:
     if kind not in ("transformer", "torch"):
         return job, None
     from trainplan.catalog import get_catalog
-    from trainplan.estimate.stack import effective_knobs
+    from trainplan.estimate.stack import KNOB_NAMES, effective_knobs
     from trainplan.spec import Stack
 
     catalog = get_catalog()
@@ -141,12 +141,8 @@ def as_trained(job: Any) -> tuple[Any, str | None]:
     trained_job = job.model_copy(update={"stack": Stack.PLAIN, "knobs": job.knobs.model_copy(update={
         **{k: None for k in type(job.knobs).model_fields}, **kept})})
     trained = effective_knobs(trained_job, catalog)
-    differ = [k for k in ("loss", "loss_chunks", "compile", "optimizer_in_backward", "activation_offloading",
-                          "fused_optimizer", "paged_optimizer", "unsharded_accumulation", "frozen_weight_gradients",
-                          "frozen_weights_fp32", "loss_upcast", "fused_kernels", "selective_recompute", "moe_fp32_combine",
-                          "moe_fused_activation", "recompute_modules", "lora_fp32_adapters", "pipeline_first_stage_less_layers",
-                          "pipeline_last_stage_less_layers")
-              if getattr(stated, k) != getattr(trained, k)]
+    # every knob the estimate reads (loss_chunk_tokens is folded into loss_chunks)
+    differ = [k for k in KNOB_NAMES if k != "loss_chunk_tokens" and getattr(stated, k) != getattr(trained, k)]
     if job.stack is Stack.PLAIN and not differ:
         return job, None
     shown = ", ".join(f"{k} {_shown(getattr(stated, k))} → {_shown(getattr(trained, k))}" for k in differ)
