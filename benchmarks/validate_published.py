@@ -31,6 +31,7 @@ HELDOUT7 = DATA.with_name("published_heldout7.yaml")  # seventh set: frozen 2026
 HELDOUT8 = DATA.with_name("published_heldout8.yaml")  # eighth set: frozen 2026-12-05 after the seventh set's changes
 HELDOUT9 = DATA.with_name("published_heldout9.yaml")  # ninth set: frozen 2026-12-05 (session 9) after the eighth's change
 HELDOUT10 = DATA.with_name("published_heldout10.yaml")  # tenth: frozen 2026-12-05 (session 9) after the LoRA count
+HELDOUT11 = DATA.with_name("published_heldout11.yaml")  # eleventh: frozen 2026-12-06 (session 12)
 
 
 def main() -> None:
@@ -99,6 +100,8 @@ def main() -> None:
                "3 rows, then it led to the foreach-optimizer rules: in-sample for those)", args.all)
     frozen_set(HELDOUT10, "TENTH SET (frozen 2026-12-05, session 9, after the LoRA count measured against PEFT; held out: no\n"
                "change may be chosen by it)", args.all)
+    frozen_set(HELDOUT11, "ELEVENTH SET (frozen 2026-12-06, session 12, after the MoE fused-activation knob; held out: no\n"
+               "change may be chosen by it)", args.all)
 
 
 def frozen_set(path: Path, label: str, show_all: bool) -> None:
@@ -110,7 +113,7 @@ def frozen_set(path: Path, label: str, show_all: bool) -> None:
     for rec in records:
         c = compare(rec)
         if c is None:
-            print(f"  {rec['id']}: not modelled (trainplan refuses its configuration)")
+            print(f"  {rec['id']}: not modelled ({rec.get('not_modelled') or 'trainplan refuses its configuration'})")
             continue
         if c.measured_peak_gib:
             errors.append(c.predicted_peak_gib / c.measured_peak_gib - 1)

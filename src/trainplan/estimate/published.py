@@ -133,7 +133,10 @@ def _stated_version(rec: dict[str, Any], package: str) -> tuple[int, int] | None
 
 
 def record_to_job(rec: dict[str, Any]) -> TransformerJob | None:
-    """The job a published record describes, or None if trainplan does not model it (fp8, tensor parallel)."""
+    """The job a published record describes, or None if trainplan does not model it (fp8, tensor parallel, or what
+    the record's ``not_modelled`` names: a compiler or optimizer trainplan has no knob for)."""
+    if rec.get("not_modelled"):
+        return None
     if rec.get("precision", "bf16") not in SUPPORTED_PRECISIONS:
         return None
     if rec.get("strategy") not in {s.value for s in Strategy} or "seq_len" not in rec:
