@@ -505,3 +505,16 @@ def test_launch_overwrite_never_deletes_a_runs_results(tmp_path, capsys) -> None
     code, _, err = run(capsys, "launch", REF, "--gpu", "A100-80GB", "--gpus", "4", "--strategy", "zero2",
                        "--to", "deepspeed", "--out", out, "--overwrite")  # fmt: skip
     assert code == 2 and "holds a run's results (checkpoints)" in err and (out / "checkpoints").is_dir()
+
+
+def test_energy_on_a_cloud_without_data_centre_figures_says_why_not_zero_watts(capsys, monkeypatch) -> None:
+    """RunPod publishes no PUE or host figures: the energy line is '? kWh' with that reason, not the '0 W per device …
+    PUE 1' placeholders the unknown estimate carries; a cloud with figures still shows them."""
+    monkeypatch.setenv("COLUMNS", "250")
+    code, out, _ = run(capsys, "estimate", REF, "--instance", "runpod:8x_H100-SXM_SECURE", "--strategy", "zero3")
+    assert code == 0
+    energy = next(line for line in out.splitlines() if line.strip().startswith("energy"))
+    assert "? kWh (no data-centre figures for cloud runpod)" in energy and "0 W" not in energy
+    code, out, _ = run(capsys, "estimate", REF, "--instance", "p4d.24xlarge", "--strategy", "zero3")
+    energy = next(line for line in out.splitlines() if line.strip().startswith("energy"))
+    assert code == 0 and "W per device at" in energy and "PUE" in energy

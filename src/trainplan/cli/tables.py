@@ -238,9 +238,12 @@ def estimate_panel(e: Estimate) -> Group:
                f"PUE {en.pue:g}") if e.hardware.accelerator else f"host {en.host_w:.0f} W per node, PUE {en.pue:g}"
         if e.hardware.accelerator is not None and e.hardware.accelerator.tdp_w is None:  # not a silent 0 W
             how = f"{e.hardware.accelerator.id} board power unknown + host {en.host_w:.0f} W per node, PUE {en.pue:g}"
+        elif en.kwh is None and en.note:  # unknown, and why — not the placeholder 0 W and PUE 1 it was left with
+            how = en.note
         t.add_row("energy", f"{_kwh(e)} kWh ({how})")
         grid = f"{en.grid_kg_co2e_per_kwh:g} kg/kWh" if en.grid_kg_co2e_per_kwh is not None else "grid unknown"
-        t.add_row("emissions", f"{_co2(e)} kg CO2e ({en.region}, {grid})" + (f" - {en.note}" if en.note else ""))
+        said = en.note if en.note and how != en.note else None
+        t.add_row("emissions", f"{_co2(e)} kg CO2e ({en.region}, {grid})" + (f" - {said}" if said else ""))
     for note in e.notes:
         t.add_row("note", escape(note))
     return Group(t)
