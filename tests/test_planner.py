@@ -565,3 +565,24 @@ def test_a_plan_only_owned_hardware_could_run_says_so() -> None:
     with pytest.raises(InfeasibleError, match="add it to constraints.owned") as exc:
         require_options(plan_job(job), job)
     assert exc.value.field == "constraints.owned"
+
+
+@pytest.mark.parametrize("knobs, checkpointing, refused", [
+    ({"moe_fused_activation": True}, "none", "method: lora"),  # the knob is for experts that train
+    ({"recompute_modules": ["moe_act"]}, "selective", "activation_checkpointing: full"),  # it needs selective
+])
+def test_a_remedy_the_jobs_own_knobs_refuse_is_not_offered_and_does_not_abort_the_plan(knobs, checkpointing, refused) -> None:
+    """`plan` tries changes to the job (full checkpointing, LoRA) to say what would make a rejected option fit; a change
+    the job's knobs refuse used to raise out of the whole plan ("error: knobs.…") — it is now skipped."""
+    from trainplan.planner.core import hint_remedies, job_profile
+
+    job = parse_job({"kind": "transformer", "name": "oss", "model": "gpt-oss-20b", "seq_len": 4096, "micro_batch": 2,
+                     "global_batch": 256, "precision": "bf16-pure", "steps": 10, "activation_checkpointing": checkpointing,
+                     "knobs": knobs, "constraints": {"clouds": ["aws"]}})  # fmt: skip
+    cat = get_catalog()
+    labels = [label for label, _, _ in hint_remedies(job, cat, job_profile(job, cat))]
+    assert not any(label.startswith(refused) for label in labels)  # (moe_act refuses LoRA too: possibly none left)
+    plan = plan_job(job)
+    assert plan.options and plan.rejected
+    hints = " ".join(e.hint or "" for e in plan.rejected)
+    assert refused not in hints

@@ -345,17 +345,23 @@ def hint_remedies(job: Job, catalog: Catalog, profile: StepProfile) -> tuple[tup
     """
     if not isinstance(job, TransformerJob) or profile.source is not ProfileSource.ANALYTIC:
         return ()
-    out: list[tuple[str, Job, StepProfile]] = []
+    candidates: list[tuple[str, dict[str, object]]] = []
     if job.activation_checkpointing is not Checkpointing.FULL:
-        j = job.model_copy(update={"activation_checkpointing": Checkpointing.FULL})
-        out.append(("activation_checkpointing: full", j, transformer_profile(j, catalog)))
+        candidates.append(("activation_checkpointing: full", {"activation_checkpointing": Checkpointing.FULL}))
     if job.method is Method.FULL:
-        j = job.model_copy(update={"method": Method.LORA})
+        candidates.append(("method: lora", {"method": Method.LORA}))
+        # the default targets (q_proj, v_proj) may not be this model's layers (MLA: q_a_proj …)
+        candidates.append(("method: lora, lora.targets: [all-linear]",
+                           {"method": Method.LORA, "lora": LoraSpec(targets=("all-linear",))}))  # fmt: skip
+    out: list[tuple[str, Job, StepProfile]] = []
+    for label, update in candidates:
+        if label.startswith("method: lora,") and any(done.startswith("method: lora") for done, _, _ in out):
+            continue
+        j = job.model_copy(update=update)
         try:
-            out.append(("method: lora", j, transformer_profile(j, catalog)))
-        except SpecError:  # the default targets (q_proj, v_proj) are not this model's layers (MLA: q_a_proj …)
-            j = job.model_copy(update={"method": Method.LORA, "lora": LoraSpec(targets=("all-linear",))})
-            out.append(("method: lora, lora.targets: [all-linear]", j, transformer_profile(j, catalog)))
+            out.append((label, j, transformer_profile(j, catalog)))
+        except SpecError:  # a change the job's own settings refuse (knobs.recompute_modules needs selective
+            continue  # checkpointing; knobs.moe_fused_activation full training): not offered as a remedy
     return tuple(out)
 
 
