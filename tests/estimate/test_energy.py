@@ -198,3 +198,6 @@ def test_every_catalog_cloud_has_data_centre_figures_or_says_it_has_none() -> No
     unknown = [e for e in plan.options if e.hardware.cloud in NO_DATACENTRE_FIGURES]
     assert unknown and all(e.energy.kwh is None and e.energy.co2_kg is None for e in unknown)
     assert all("no data-centre figures" in e.energy.note for e in unknown)
+    # what is unknown is None, not the placeholder 0 W / PUE 1; the board's draw is still the board's
+    assert all(e.energy.host_w is None and e.energy.pue is None for e in unknown)
+    assert all(e.energy.device_w and e.energy.device_w > 0 for e in unknown if e.hardware.accelerator.tdp_w)

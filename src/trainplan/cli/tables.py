@@ -234,12 +234,15 @@ def estimate_panel(e: Estimate) -> Group:
         t.add_row("cost", f"– (does not fit; {_money(e.cost_usd)} if it did)")
     if e.energy is not None:
         en = e.energy
-        how = (f"{en.device_w:.0f} W per device at {en.utilisation:.0%} utilisation + host {en.host_w:.0f} W per node, "
-               f"PUE {en.pue:g}") if e.hardware.accelerator else f"host {en.host_w:.0f} W per node, PUE {en.pue:g}"
-        if e.hardware.accelerator is not None and e.hardware.accelerator.tdp_w is None:  # not a silent 0 W
+        if en.host_w is None or en.pue is None:  # no data-centre figures: unknown, and why
+            how = en.note or "host power and PUE unknown"
+        elif e.hardware.accelerator is not None and en.device_w is None:  # not a silent 0 W
             how = f"{e.hardware.accelerator.id} board power unknown + host {en.host_w:.0f} W per node, PUE {en.pue:g}"
-        elif en.kwh is None and en.note:  # unknown, and why — not the placeholder 0 W and PUE 1 it was left with
-            how = en.note
+        elif e.hardware.accelerator is not None:
+            how = (f"{en.device_w:.0f} W per device at {en.utilisation:.0%} utilisation + host {en.host_w:.0f} W per "
+                   f"node, PUE {en.pue:g}")  # fmt: skip
+        else:
+            how = f"host {en.host_w:.0f} W per node, PUE {en.pue:g}"
         t.add_row("energy", f"{_kwh(e)} kWh ({how})")
         grid = f"{en.grid_kg_co2e_per_kwh:g} kg/kWh" if en.grid_kg_co2e_per_kwh is not None else "grid unknown"
         said = en.note if en.note and how != en.note else None

@@ -41,10 +41,10 @@ class Energy:
 
     kwh: float | None  # facility energy (IT × PUE); None when a board power is unknown
     co2_kg: float | None  # None when the kWh or the region's grid intensity is unknown
-    device_w: float  # average draw of one accelerator while training (0 for CPU-only options)
-    host_w: float  # average draw of one node's host (CPUs, RAM) while training
+    device_w: float | None  # average draw of one accelerator while training (0 for CPU-only options; None: no board power)
+    host_w: float | None  # average draw of one node's host (CPUs, RAM) while training (None: no data-centre figures)
     utilisation: float  # modelled accelerator utilisation (compute share of the step)
-    pue: float
+    pue: float | None  # None: no data-centre figures for the cloud
     grid_kg_co2e_per_kwh: float | None
     region: str  # "cloud:region" whose grid was used
     note: str | None = None
@@ -140,17 +140,20 @@ def option_energy(
     label = f"{hw.cloud}:{region}"
     grid: GridIntensity | None = catalog.grid.get((hw.cloud, region))
     intensity = grid.kg_co2e_per_kwh if grid else None
-    if dc is None:
-        return Energy(None, None, 0.0, 0.0, utilisation, 1.0, intensity, label, f"no data-centre figures for cloud {hw.cloud}")
     acc = hw.accelerator
-    layout = hw.layout
     idle_frac = catalog.assumption("device_idle_power_fraction")
+    if dc is None:  # the board's draw is known; the host's and the PUE are not: unknown, never a placeholder 0 or 1
+        board_w = None if acc is None else acc.tdp_w
+        device = 0.0 if acc is None else (None if board_w is None else device_power_w(board_w, utilisation, idle_frac))
+        return Energy(None, None, device, None, utilisation, None, intensity, label,
+                      f"no data-centre figures for cloud {hw.cloud}")  # fmt: skip
+    layout = hw.layout
     accelerated = acc is not None
     cpu_u = catalog.assumption("host_cpu_utilisation_accelerated") if accelerated else 1.0
     host_w = host_power_w(hw.vcpus_per_node, hw.ram_gib_per_node, dc, cpu_u)
     host_idle_w = host_power_w(hw.vcpus_per_node, hw.ram_gib_per_node, dc, 0.0)
     if accelerated and acc.tdp_w is None:
-        return Energy(None, None, 0.0, host_w, utilisation, dc.pue, intensity, label,
+        return Energy(None, None, None, host_w, utilisation, dc.pue, intensity, label,
                       f"no board power (tdp_w) for {acc.id} in the catalog - not published by its maker - so kWh and "
                       f"CO2 are unknown")  # fmt: skip
     board = acc.tdp_w if accelerated and acc.tdp_w else 0.0
