@@ -102,6 +102,13 @@ def test_experts_and_dense_layers_are_rendered(tmp_path: Path) -> None:
     dropout = args_of(render(resolve(tmp_path, {**job, "model": {**moe, "dropout": 0.05}}, gpu="H100-80GB", gpus=8,
                                      ep=4, strategy="ddp")).commands[0].argv)  # fmt: skip
     assert (dropout["--attention-dropout"], dropout["--hidden-dropout"]) == ("0.05", "0.05")  # not Megatron's 0.1
+    # Megatron fuses the experts' SwiGLU with the routing weight by default: the render says the plan counted more,
+    # and says nothing once the job states it
+    assert any("knobs.moe_fused_activation: true" in n for n in render(plan).notes)
+    (tmp_path / "fused").mkdir()
+    fused = resolve(tmp_path / "fused", {**job, "knobs": {"moe_fused_activation": True}}, gpu="H100-80GB", gpus=8, ep=4,
+                    strategy="ddp")  # fmt: skip
+    assert not any("moe_fused_activation" in n for n in render(fused).notes)
 
 
 SMALL = {"layers": 4, "hidden": 256, "heads": 8, "kv_heads": 2, "ffn_hidden": 1024, "vocab": 1000}

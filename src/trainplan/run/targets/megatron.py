@@ -245,6 +245,13 @@ def render(plan: LaunchPlan) -> Rendered:
     ]
     if plan.job.stack.value != "plain":
         notes.append(f"the plan was estimated for stack {plan.job.stack.value}; Megatron's loss and optimizer are its own")
+    from trainplan.estimate.stack import effective_knobs
+
+    if arch.moe is not None and not effective_knobs(plan.job, get_catalog()).moe_fused_activation:
+        # Megatron-LM's --no-bias-swiglu-fusion is off by default: TEGroupedMLP runs weighted_bias_swiglu_impl
+        notes.append("Megatron-Core's grouped experts fuse SwiGLU with the routing weight (bias_swiglu_fusion, its "
+                     "default) and keep less than the plan counted (transformers' eager experts): set "
+                     "knobs.moe_fused_activation: true in the job for a plan that matches")  # fmt: skip
     if nodes > 1:
         notes.append(f"Megatron saves checkpoints under {plan.path('megatron')}: storage every node sees")
     files = base_files(plan)
