@@ -141,23 +141,21 @@ def option_energy(
     grid: GridIntensity | None = catalog.grid.get((hw.cloud, region))
     intensity = grid.kg_co2e_per_kwh if grid else None
     acc = hw.accelerator
+    accelerated = acc is not None
     idle_frac = catalog.assumption("device_idle_power_fraction")
+    board = acc.tdp_w if accelerated else 0.0  # None: no published board power
+    device_w = None if board is None else (device_power_w(board, utilisation, idle_frac) if accelerated else 0.0)
     if dc is None:  # the board's draw is known; the host's and the PUE are not: unknown, never a placeholder 0 or 1
-        board_w = None if acc is None else acc.tdp_w
-        device = 0.0 if acc is None else (None if board_w is None else device_power_w(board_w, utilisation, idle_frac))
-        return Energy(None, None, device, None, utilisation, None, intensity, label,
+        return Energy(None, None, device_w, None, utilisation, None, intensity, label,
                       f"no data-centre figures for cloud {hw.cloud}")  # fmt: skip
     layout = hw.layout
-    accelerated = acc is not None
     cpu_u = catalog.assumption("host_cpu_utilisation_accelerated") if accelerated else 1.0
     host_w = host_power_w(hw.vcpus_per_node, hw.ram_gib_per_node, dc, cpu_u)
     host_idle_w = host_power_w(hw.vcpus_per_node, hw.ram_gib_per_node, dc, 0.0)
-    if accelerated and acc.tdp_w is None:
+    if board is None or device_w is None:  # (the same condition; both named for the type checker)
         return Energy(None, None, None, host_w, utilisation, dc.pue, intensity, label,
                       f"no board power (tdp_w) for {acc.id} in the catalog - not published by its maker - so kWh and "
                       f"CO2 are unknown")  # fmt: skip
-    board = acc.tdp_w if accelerated and acc.tdp_w else 0.0
-    device_w = device_power_w(board, utilisation, idle_frac) if accelerated else 0.0
     device_idle_w = board * idle_frac
     devices = layout.world_size if accelerated else 0
     train_w = devices * device_w + layout.nodes * host_w

@@ -74,7 +74,7 @@ def resolve_transformer(job: TransformerJob, catalog: Catalog | None = None) -> 
     if job.knobs.moe_fp32_combine and arch.moe is None:
         raise SpecError("combines routed experts' outputs in fp32: it needs a mixture-of-experts model, and this one is "
                         "dense", field="knobs.moe_fp32_combine")  # fmt: skip
-    if k.moe_fused_activation or job.knobs.moe_fused_activation:
+    if k.moe_fused_activation:
         _check_fused_activation(job, arch, k)
     _check_recompute_modules(job, arch)
     if job.lora_spec is not None and job.lora_spec.dropout > 0 and (k.compile or k.fused_kernels is not FusedKernels.NONE
@@ -207,8 +207,6 @@ def _check_fused_activation(job: TransformerJob, arch: ModelArch, k: Knobs) -> N
     """knobs.moe_fused_activation holds only where its count was read: routed experts that train, the routing weight
     applied inside the activation (so not with torchtitan's fp32 combine, which applies it after)."""
     field = "knobs.moe_fused_activation"
-    if not k.moe_fused_activation:  # set false explicitly: nothing to hold
-        return
     if arch.moe is None:
         raise SpecError("fuses the routed experts' activation: it needs a mixture-of-experts model, and this one is "
                         "dense", field=field)  # fmt: skip

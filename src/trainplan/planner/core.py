@@ -345,23 +345,24 @@ def hint_remedies(job: Job, catalog: Catalog, profile: StepProfile) -> tuple[tup
     """
     if not isinstance(job, TransformerJob) or profile.source is not ProfileSource.ANALYTIC:
         return ()
-    candidates: list[tuple[str, dict[str, object]]] = []
+    # each change as its alternatives, the first the job's own settings accept is offered: the default LoRA targets
+    # (q_proj, v_proj) may not be this model's layers (MLA: q_a_proj …), all-linear then stands in
+    changes: list[list[tuple[str, dict[str, object]]]] = []
     if job.activation_checkpointing is not Checkpointing.FULL:
-        candidates.append(("activation_checkpointing: full", {"activation_checkpointing": Checkpointing.FULL}))
+        changes.append([("activation_checkpointing: full", {"activation_checkpointing": Checkpointing.FULL})])
     if job.method is Method.FULL:
-        candidates.append(("method: lora", {"method": Method.LORA}))
-        # the default targets (q_proj, v_proj) may not be this model's layers (MLA: q_a_proj …)
-        candidates.append(("method: lora, lora.targets: [all-linear]",
-                           {"method": Method.LORA, "lora": LoraSpec(targets=("all-linear",))}))  # fmt: skip
+        changes.append([("method: lora", {"method": Method.LORA}),
+                        ("method: lora, lora.targets: [all-linear]",
+                         {"method": Method.LORA, "lora": LoraSpec(targets=("all-linear",))})])  # fmt: skip
     out: list[tuple[str, Job, StepProfile]] = []
-    for label, update in candidates:
-        if label.startswith("method: lora,") and any(done.startswith("method: lora") for done, _, _ in out):
-            continue
-        j = job.model_copy(update=update)
-        try:
-            out.append((label, j, transformer_profile(j, catalog)))
-        except SpecError:  # a change the job's own settings refuse (knobs.recompute_modules needs selective
-            continue  # checkpointing; knobs.moe_fused_activation full training): not offered as a remedy
+    for alternatives in changes:
+        for label, update in alternatives:
+            j = job.model_copy(update=update)
+            try:
+                out.append((label, j, transformer_profile(j, catalog)))
+                break
+            except SpecError:  # a change the job's own settings refuse (knobs.recompute_modules needs selective
+                continue  # checkpointing; knobs.moe_fused_activation full training): not offered as a remedy
     return tuple(out)
 
 
