@@ -87,6 +87,9 @@ class Optimizer(str, Enum):
     SGD = "sgd"
     ADAFACTOR = "adafactor"
     LION = "lion"
+    # torch.optim.Muon on the hidden 2-D weight matrices, torch.optim.AdamW on the rest (embeddings, output head,
+    # norms, biases, 3-D expert tensors): the split torch.optim.Muon's documentation prescribes
+    MUON = "muon"
 
 
 class Checkpointing(str, Enum):
@@ -597,6 +600,9 @@ class KerasJob(_FactoryJob):
     def _keras_optimizer(cls, v: Optimizer) -> Optimizer:
         if v is Optimizer.ADAM8BIT:
             raise ValueError("adam8bit is bitsandbytes (PyTorch only); Keras jobs use adamw, sgd, adafactor or lion")
+        if v is Optimizer.MUON:
+            raise ValueError("muon is modelled for PyTorch only (torch.optim.Muon); Keras jobs use adamw, sgd, "
+                             "adafactor or lion")  # fmt: skip
         return v
 
     @model_validator(mode="after")

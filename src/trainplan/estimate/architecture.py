@@ -269,6 +269,51 @@ def factored_dims(a: ModelArch) -> int:
     return total + 2 * (a.vocab + a.hidden)
 
 
+def muon_matrices(a: ModelArch) -> list[tuple[int, int, int]]:
+    """(how many, in, out) of the 2-D weight matrices inside the blocks: what Muon orthogonalises.
+
+    torch.optim.Muon takes 2-D parameters only and its documentation sends "bias, and embedding" to a standard
+    optimizer such as AdamW (torch/optim/_muon.py; Jordan 2024, "Muon: An optimizer for hidden layers in neural
+    networks"; Liu et al. 2025, "Muon is Scalable for LLM Training", arXiv 2502.16982 — embeddings and the
+    output head with AdamW).  So: attention, dense MLP, router, shared expert and DeepSeek-V3's MTP projection go to
+    Muon; embeddings, the output head, norms and biases to AdamW, and so do routed experts, which transformers 5
+    keeps as one 3-D tensor each (:func:`expert_tensor_shapes`).
+    """
+    h = a.hidden
+    out: list[tuple[int, int, int]] = []
+    if a.arch == "encoder-decoder":
+        out += [(a.layers, i, o) for i, o in linear_shapes(a).values()]
+        out += [(a.decoder_layers or a.layers, i, o) for i, o in linear_shapes(a, cross_attention=True).values()]
+        return out
+    out += [(a.dense_mlp_layers, i, o) for i, o in linear_shapes(a).values()] if a.dense_mlp_layers else []
+    if a.moe is not None:
+        moe_blocks = a.moe_layers + a.mtp_layers
+        out += [(moe_blocks, i, o) for i, o in moe_linear_shapes(a).values()]
+        if a.mtp_layers:
+            out.append((a.mtp_layers, 2 * h, h))  # the MTP module's projection M (DeepSeek-V3 report Sec. 2.2)
+    return out
+
+
+def muon_params(a: ModelArch) -> int:
+    """Parameters Muon steps (:func:`muon_matrices`); AdamW steps the rest."""
+    return sum(n * i * o for n, i, o in muon_matrices(a))
+
+
+def newton_schulz_flops(matrices: list[tuple[int, int, int]], steps: int = 5) -> float:
+    """FLOPs of Muon's orthogonalisation over ``matrices`` ((how many, in, out)), once per optimizer step.
+
+    torch.optim.Muon (torch/optim/_muon.py ``_zeropower_via_newtonschulz``, 5 steps by default) transposes an
+    r × c matrix to its wide side (m = min(r, c) rows, n = max(r, c) columns) and each step computes the Gram matrix
+    X·Xᵀ (2m²n), ``addmm(A, A, A)`` (2m³) and ``addmm(X, B, X)`` (2m²n): 4m²n + 2m³ a step (the multiply-adds
+    ×2, the convention of PyTorch's FLOP counter; tests/estimate/test_muon.py checks it against that counter).
+    """
+    total = 0.0
+    for count, r, c in matrices:
+        m, n = min(r, c), max(r, c)
+        total += count * steps * (4.0 * m * m * n + 2.0 * m**3)
+    return total
+
+
 def largest_linear_params(a: ModelArch) -> int:
     """Elements of the largest weight tensor inside the blocks (a stacked expert tensor is one tensor)."""
     largest = max(i * o for i, o in linear_shapes(a).values())

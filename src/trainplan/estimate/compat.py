@@ -8,11 +8,12 @@ are the composer's (``compose.py``); tabular jobs have their own rules
 
 from __future__ import annotations
 
+from trainplan.catalog import Accelerator
 from trainplan.estimate.cpu import cpu_incompatibility
 from trainplan.estimate.profile import StepProfile
 from trainplan.estimate.result import Hardware, Rejection, RejectKind
 from trainplan.spec import Method, Optimizer, Precision, TorchJob, TransformerJob
-from trainplan.strategies import Engine, Strategy
+from trainplan.strategies import Engine, Layout, Strategy
 
 
 def global_batch_of(job: TorchJob | TransformerJob, hw: Hardware) -> int:
@@ -37,6 +38,10 @@ def incompatibility(job: TorchJob | TransformerJob, hw: Hardware, strategy: Stra
         cpu_rejection = cpu_incompatibility(job, hw, strategy)
         if cpu_rejection is not None:
             return cpu_rejection
+    if job.optimizer is Optimizer.MUON:
+        muon = _muon_rejection(acc, layout, strategy)
+        if muon is not None:
+            return muon
     if strategy.multi_device_only and layout.world_size == 1:
         return Rejection(RejectKind.LAYOUT, f"{strategy.value} needs more than one device")
     if strategy is Strategy.SINGLE and layout.world_size > 1:
@@ -76,4 +81,19 @@ def incompatibility(job: TorchJob | TransformerJob, hw: Hardware, strategy: Stra
         if global_batch > dp:
             return Rejection(RejectKind.BATCH, f"optimizer_in_backward cannot accumulate gradients: global_batch {global_batch} "
                              f"needs {global_batch // dp} micro-steps of {job.micro_batch}×{layout.data_parallel}")  # fmt: skip
+    return None
+
+
+def _muon_rejection(acc: Accelerator | None, layout: Layout, strategy: Strategy) -> Rejection | None:
+    """Muon is planned where torch.optim.Muon steps whole matrices: one device, or DDP (every rank steps every
+    matrix).  On sharded parameters (FSDP2's DTensors) it does run and matches the unsharded step up to bf16
+    rounding, but through DTensor redistributions — 15 all-gathers and an all-reduce per wide matrix per step, 11
+    all-reduces per tall one (``benchmarks/muon_sharded.py``) — whose cost trainplan does not model; ZeRO's flat
+    partitions, tensor / pipeline / expert layouts and PyTorch/XLA are not modelled either."""
+    if acc is not None and acc.kind == "tpu":
+        return Rejection(RejectKind.PLATFORM, "muon is modelled for PyTorch on GPUs and CPUs, not for PyTorch/XLA on TPUs")
+    if strategy not in (Strategy.SINGLE, Strategy.DDP) or layout.model_parallel:
+        where = f"{strategy.value}" + (f" with {layout.describe()}" if layout.model_parallel else "")
+        return Rejection(RejectKind.PLATFORM, f"muon is planned with single and ddp, where torch.optim.Muon steps whole "
+                         f"matrices; on {where} its sharded Newton-Schulz step is not modelled")  # fmt: skip
     return None

@@ -87,7 +87,7 @@ def _step_memory(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardw
         optimizer=job.optimizer,
         strategy=strategy,
         world_size=n,
-        adafactor_elems_per_param=p.factored_state_elems,
+        state_elems_per_param=p.shaped_state_elems,
         # FSDP: the stack's gradients for frozen weights in mixed units, and unsharded gradients while
         # accumulating without sync (memory.model_state_bytes; stacks.yaml says which stacks do either)
         frozen_gradient_bytes=profile.memory.frozen_gradient_bytes,
@@ -162,7 +162,7 @@ def parallel_step_memory(job: TorchJob | TransformerJob, profile: StepProfile, h
     peaks = []
     for load in stage_loads(profile.split, layout, micro_steps):
         common = dict(frozen_bytes=0.0, precision=job.precision, optimizer=job.optimizer, strategy=held,
-                      adafactor_elems_per_param=p.factored_state_elems, unsharded_gradients=pipelined_fsdp)  # fmt: skip
+                      state_elems_per_param=p.shaped_state_elems, unsharded_gradients=pipelined_fsdp)  # fmt: skip
         if layout.ep == 1:  # the experts shard like every other parameter
             states = model_state_bytes(trainable_params=load.dense_params + load.expert_params, world_size=shard_over, **common)  # type: ignore[arg-type]
         else:
@@ -341,7 +341,7 @@ def compose(
                 micro_steps=micro_steps, flops_forward=profile.flops.forward,
                 flops_backward=profile.flops.backward + profile.flops.recompute, flops_model=profile.flops.model,
                 trainable_local=max(ld.dense_params + ld.expert_params for ld in loads), efficiency=eff,
-                model_split=profile.split, adafactor_elems_per_param=profile.params.factored_state_elems,
+                model_split=profile.split, state_elems_per_param=profile.params.shaped_state_elems,
                 split=profile.flops.split if efficiency is None else None, foreach_optimizer=profile.foreach_optimizer,
                 tf32_matmul=profile.tf32_matmul, fp8_gather_fraction=profile.fp8_gather_fraction,
             )  # fmt: skip
@@ -351,10 +351,10 @@ def compose(
                 micro_steps=micro_steps, flops_forward=profile.flops.forward,
                 flops_backward=profile.flops.backward + profile.flops.recompute, flops_model=profile.flops.model,
                 trainable_params=profile.params.trainable, total_params=profile.params.total, efficiency=eff,
-                adafactor_elems_per_param=profile.params.factored_state_elems,
+                state_elems_per_param=profile.params.shaped_state_elems,
                 split=profile.flops.split if efficiency is None else None,  # a measured efficiency covers the whole step
                 foreach_optimizer=profile.foreach_optimizer, tf32_matmul=profile.tf32_matmul,
-                fp8_gather_fraction=profile.fp8_gather_fraction,
+                fp8_gather_fraction=profile.fp8_gather_fraction, optimizer_flops=profile.params.optimizer_flops,
             )  # fmt: skip
         seconds, mfu, breakdown = st.seconds, st.mfu, st.breakdown
         if st.reason and rejection is None:
@@ -366,8 +366,8 @@ def compose(
             hw=hw, strategy=strategy, precision=job.precision, optimizer=job.optimizer, micro_steps=micro_steps,
             flops_executed=profile.flops.forward + profile.flops.backward + profile.flops.recompute,
             flops_model=profile.flops.model, activations=profile.memory.activations,
-            trainable_params=profile.params.trainable, adafactor_elems_per_param=profile.params.factored_state_elems,
-            eager=profile.eager,
+            trainable_params=profile.params.trainable, state_elems_per_param=profile.params.shaped_state_elems,
+            eager=profile.eager, optimizer_flops=profile.params.optimizer_flops,
         )  # fmt: skip
         seconds, mfu, breakdown = st.seconds, st.mfu, st.breakdown
         if st.reason and rejection is None:

@@ -202,8 +202,9 @@ def cpu_step_time(
     flops_model: float,  # MFU numerator, one micro-step
     activations: float,  # saved activations of one micro-step, bytes
     trainable_params: float,
-    adafactor_elems_per_param: float = 0.0,
+    state_elems_per_param: float = 0.0,
     eager: EagerOps | None = None,
+    optimizer_flops: float = 0.0,
 ) -> StepTime:
     """Seconds per optimizer step on ``hw``'s cores (formula and sources in the module docstring).
 
@@ -233,7 +234,9 @@ def cpu_step_time(
     else:
         terms["memory_s"] = micro_steps * activations / act
         terms["optimizer_s"] = optimizer_bytes_touched(trainable_params, optimizer, precision, strategy,
-                                                       adafactor_elems_per_param=adafactor_elems_per_param) / bw  # fmt: skip
+                                                       state_elems_per_param=state_elems_per_param) / bw  # fmt: skip
+    if optimizer_flops:  # Muon's Newton-Schulz matmuls, in bf16 (torch.optim.Muon), at this CPU's bf16 matmul rate
+        terms["optimizer_s"] += optimizer_flops / (rates.rate(compute_dtype(Precision.BF16, rates)) or rate)
     total = sum(terms.values())
     peak = rates.peak_rate(dtype) or rate
     mfu = micro_steps * flops_model / (total * peak) if total > 0 else None

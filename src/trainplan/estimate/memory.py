@@ -82,13 +82,15 @@ class MemoryBreakdown:
 # ----------------------------------------------------------------------------- model states
 
 
-def optimizer_state_elems_per_param(optimizer: Optimizer, *, adafactor_elems_per_param: float = 0.0) -> float:
+def optimizer_state_elems_per_param(optimizer: Optimizer, *, state_elems_per_param: float = 0.0) -> float:
     """State elements kept per trainable parameter.
 
     AdamW: momentum + variance (Loshchilov & Hutter 2019); SGD with momentum and
     Lion (Chen et al. 2023): one buffer; Adafactor (Shazeer & Stern 2018): a
     factored second moment, rows + columns per matrix, no first moment by
-    default — passed in by the caller, who knows the shapes.  adam8bit has two
+    default — passed in by the caller, who knows the shapes.  Muon (torch.optim.Muon:
+    one ``momentum_buffer`` per 2-D hidden matrix, torch/optim/_muon.py) beside AdamW's
+    two on the other parameters: the mix is passed in by the caller too.  adam8bit has two
     states too; its element size differs (see :func:`optimizer_bytes_per_param`).
     """
     return {
@@ -96,12 +98,13 @@ def optimizer_state_elems_per_param(optimizer: Optimizer, *, adafactor_elems_per
         Optimizer.ADAM8BIT: 2.0,
         Optimizer.SGD: 1.0,
         Optimizer.LION: 1.0,
-        Optimizer.ADAFACTOR: adafactor_elems_per_param,
+        Optimizer.ADAFACTOR: state_elems_per_param,
+        Optimizer.MUON: state_elems_per_param,
     }[optimizer]
 
 
 def optimizer_bytes_per_param(
-    optimizer: Optimizer, precision: Precision, engine: Engine, *, adafactor_elems_per_param: float = 0.0
+    optimizer: Optimizer, precision: Precision, engine: Engine, *, state_elems_per_param: float = 0.0
 ) -> float:
     """Optimizer bytes per trainable parameter, fp32 master copy included where the engine keeps one.
 
@@ -109,7 +112,7 @@ def optimizer_bytes_per_param(
     the optimizer (ZeRO paper K = 12 for Adam); PyTorch AMP and FSDP keep fp32
     weights, so no separate master.  Pure bf16 keeps states in bf16.
     """
-    elems = optimizer_state_elems_per_param(optimizer, adafactor_elems_per_param=adafactor_elems_per_param)
+    elems = optimizer_state_elems_per_param(optimizer, state_elems_per_param=state_elems_per_param)
     if optimizer is Optimizer.ADAM8BIT:
         state = elems * 1.0
     elif precision is Precision.BF16_PURE:
@@ -154,7 +157,7 @@ def model_state_bytes(
     optimizer: Optimizer,
     strategy: Strategy,
     world_size: int,
-    adafactor_elems_per_param: float = 0.0,
+    state_elems_per_param: float = 0.0,
     frozen_gradient_bytes: float = 0.0,
     unsharded_gradients: bool = False,
 ) -> ModelStates:
@@ -193,7 +196,7 @@ def model_state_bytes(
     if engine is Engine.FSDP:
         g += frozen_gradient_bytes
     o = trainable_params * optimizer_bytes_per_param(
-        optimizer, precision, engine, adafactor_elems_per_param=adafactor_elems_per_param
+        optimizer, precision, engine, state_elems_per_param=state_elems_per_param
     )
     stage = strategy.zero_stage
     if stage >= ZeroStage.STAGE_1:
@@ -641,6 +644,25 @@ def optimizer_foreach_temporary_bytes(trainable_params: float, optimizer: Optimi
     if optimizer in (Optimizer.ADAMW, Optimizer.LION):
         return (2.0 if precision is Precision.BF16_PURE else 4.0) * trainable_params
     return 0.0
+
+
+def muon_temporary_bytes(matrices: list[tuple[int, int, int]], adamw_params: float, precision: Precision, *,
+                         foreach: bool) -> float:  # fmt: skip
+    """Temporaries of a Muon step (:class:`~trainplan.estimate.trace.optimizers.MuonWithAdamW`): torch.optim.Muon
+    steps one matrix at a time, then AdamW steps the rest, so the peak is the larger of the two.
+
+    Per r × c matrix (m = min, n = max), torch/optim/_muon.py keeps at once, from the second Newton-Schulz step on:
+    the Nesterov update ``grad.lerp(buf)`` in the gradient's dtype (e·mn, still referenced by the caller), the current
+    and the next bf16 iterate (4mn) and the Gram matrix beside its polynomial (4m²); AdamW's foreach step keeps one
+    state-sized buffer per parameter (:func:`optimizer_foreach_temporary_bytes`).  tests/estimate/test_muon.py
+    checks this against the traced step."""
+    e = 2.0 if precision is Precision.BF16_PURE else 4.0
+    muon = 0.0
+    for _, r, c in matrices:
+        m, n = min(r, c), max(r, c)
+        muon = max(muon, e * m * n + 4.0 * m * n + 4.0 * m * m)
+    adamw = optimizer_foreach_temporary_bytes(adamw_params, Optimizer.ADAMW, precision) if foreach else 0.0
+    return max(muon, adamw)
 
 
 def ddp_bucket_bytes(strategy: Strategy, gradient_bytes: float, world_size: int) -> float:

@@ -34,9 +34,13 @@ class Params:
     total: int
     trainable: int
     frozen_bytes: float  # storage of the frozen weights (LoRA/QLoRA base), unsharded
-    # Optimizer state elements per trainable parameter where the shapes decide it (Adafactor's
-    # factored second moment); 0 means: the optimizer's fixed count (memory.optimizer_state_elems_per_param).
-    factored_state_elems: float = 0.0
+    # Optimizer state elements per trainable parameter where the shapes decide it (Adafactor's factored second
+    # moment; Muon's one buffer on hidden matrices beside AdamW's two on the rest); 0 means: the optimizer's fixed
+    # count (memory.optimizer_state_elems_per_param).
+    shaped_state_elems: float = 0.0
+    # FLOPs of one optimizer step on every rank that steps the whole model (Muon's Newton-Schulz iterations); 0 for
+    # optimizers that only stream their state
+    optimizer_flops: float = 0.0
     largest_block: int = 0  # parameters of the unit FSDP / ZeRO-3 gather at once
     largest_tensor: int = 0  # parameters of the largest single weight (its gradient is what an in-backward step holds)
     # the part of frozen_bytes kept in fp32 under mixed precision (knobs.frozen_weights_fp32); a DeepSpeed engine

@@ -74,7 +74,7 @@ def links_for(hw: Hardware, catalog: Catalog) -> Links:
 
 
 def optimizer_bytes_touched(trainable_local: float, optimizer: Optimizer, precision: Precision, strategy: Strategy,
-                            *, adafactor_elems_per_param: float = 0.0, foreach: bool = False) -> float:  # fmt: skip
+                            *, state_elems_per_param: float = 0.0, foreach: bool = False) -> float:  # fmt: skip
     """Bytes an optimizer step reads and writes.
 
     A fused kernel (``fused=True``, DeepSpeed's FusedAdam) makes one pass: read weights, gradients and state, write
@@ -89,7 +89,7 @@ def optimizer_bytes_touched(trainable_local: float, optimizer: Optimizer, precis
     e = strategy.engine
     w = weight_bytes_per_param(precision, e)
     g = gradient_bytes_per_param(precision, e)
-    o = optimizer_bytes_per_param(optimizer, precision, e, adafactor_elems_per_param=adafactor_elems_per_param)
+    o = optimizer_bytes_per_param(optimizer, precision, e, state_elems_per_param=state_elems_per_param)
     if foreach and optimizer is Optimizer.ADAMW:
         s = o / 2  # exp_avg and exp_avg_sq
         return trainable_local * (4 * w + 2 * g + 14 * s)
@@ -110,11 +110,12 @@ def step_time(
     trainable_params: float,
     total_params: float,
     efficiency: float,
-    adafactor_elems_per_param: float = 0.0,
+    state_elems_per_param: float = 0.0,
     split: KernelSplit | None = None,
     foreach_optimizer: bool = False,
     tf32_matmul: bool = False,
     fp8_gather_fraction: float = 0.0,
+    optimizer_flops: float = 0.0,
 ) -> StepTime:
     """Seconds per optimizer step on ``hw`` with ``strategy``.
 
@@ -130,6 +131,8 @@ def step_time(
     transfers of gradients down and 16-bit weights up (Ren et al. 2021,
     "ZeRO-Offload", Sec. 4.1); ZeRO-3 offload also streams the parameter shard
     in for every forward and backward (Rajbhandari et al. 2021, "ZeRO-Infinity").
+    ``optimizer_flops`` (Muon's Newton-Schulz matmuls, every rank on every matrix under single and DDP) run
+    in bf16 (torch.optim.Muon casts the update with ``.bfloat16()``) at ``gemm_efficiency``.
     """
     acc = hw.accelerator
     dtype = precision.half or "fp32"
@@ -173,7 +176,7 @@ def step_time(
     except ValueError as exc:
         t_comm, reason = float("inf"), str(exc)
     local = trainable_params / (n if strategy.shards_optimizer else 1)
-    touched = optimizer_bytes_touched(local, optimizer, precision, strategy, adafactor_elems_per_param=adafactor_elems_per_param,
+    touched = optimizer_bytes_touched(local, optimizer, precision, strategy, state_elems_per_param=state_elems_per_param,
                                       # PyTorch's own optimizer on a GPU: DeepSpeed steps with its fused kernel (or its
                                       # CPU Adam when offloading), XLA (TPU) compiles the update into fused kernels
                                       foreach=foreach_optimizer and strategy.engine is not Engine.DEEPSPEED
@@ -196,6 +199,9 @@ def step_time(
                 t_offload += micro_steps * 2 * (total_params / n) * precision.compute_bytes / pcie
     else:
         t_opt = touched / (acc.mem_bandwidth_gb_s * 1e9 * catalog.assumption("mem_bw_efficiency"))
+    if optimizer_flops:
+        peak16 = (acc.peak_tflops("bf16") or acc.peak_tflops("fp32") or 0.0) * 1e12
+        t_opt += optimizer_flops / (peak16 * gemm_efficiency(catalog, acc.id))
     compute = micro_steps * (t_fwd + t_bwd)
     total = compute + t_comm + t_opt + t_offload
     mfu = micro_steps * flops_model / (total * peak) if 0 < total < float("inf") else None
@@ -217,7 +223,7 @@ def parallel_step_time(
     trainable_local: float,
     efficiency: float,
     model_split: ModelSplit,
-    adafactor_elems_per_param: float = 0.0,
+    state_elems_per_param: float = 0.0,
     split: KernelSplit | None = None,
     foreach_optimizer: bool = False,
     tf32_matmul: bool = False,
@@ -256,7 +262,7 @@ def parallel_step_time(
                      micro_steps=1 if once else micro_steps, flops_forward=scale * flops_forward,
                      flops_backward=scale * flops_backward, flops_model=scale * flops_model,
                      trainable_params=trainable_local, total_params=trainable_local, efficiency=efficiency,
-                     adafactor_elems_per_param=adafactor_elems_per_param, split=kernels,
+                     state_elems_per_param=state_elems_per_param, split=kernels,
                      foreach_optimizer=foreach_optimizer, tf32_matmul=tf32_matmul,
                      fp8_gather_fraction=fp8_gather_fraction)  # fmt: skip
     if base.reason:

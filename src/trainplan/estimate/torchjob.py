@@ -85,9 +85,9 @@ def profile_from_trace(job: TorchJob | TransformerJob, result: Any, largest: int
     trainable = result.trainable_params
     frozen_bytes = max(0.0, result.state_bytes.parameters - trainable * weight_bytes_per_param(job.precision, Engine.TORCH))
     # The optimizer state the trace allocated, per trainable parameter: exact for shape-dependent
-    # optimizers (Adafactor's factored moments), which have no fixed count.
+    # optimizers (Adafactor's factored moments, Muon beside AdamW), which have no fixed count.
     factored = 0.0
-    if job.optimizer is Optimizer.ADAFACTOR and trainable:
+    if job.optimizer in (Optimizer.ADAFACTOR, Optimizer.MUON) and trainable:
         factored = result.state_bytes.optimizer / (trainable * _state_elem_bytes(job))
     # The traced activations include the 16-bit weight copies AMP's autocast caches over fp32
     # weights; they are split out so that engines holding 16-bit weights (DeepSpeed, FSDP) drop them.
@@ -121,7 +121,8 @@ def profile_from_trace(job: TorchJob | TransformerJob, result: Any, largest: int
             total=result.params,
             trainable=trainable,
             frozen_bytes=frozen_bytes,
-            factored_state_elems=factored,
+            shaped_state_elems=factored,
+            optimizer_flops=float(getattr(result, "flops_optimizer", 0.0)),
             largest_block=largest,
             largest_tensor=largest_tensor,
         ),

@@ -22,6 +22,7 @@ from trainplan.estimate.memory import (
     frozen_weight_cast_bytes,
     layer_activation_bytes,
     logits_bytes,
+    muon_temporary_bytes,
     norm_saved_bytes_per_token,
     optimizer_foreach_temporary_bytes,
     selective_saved_bytes_per_token,
@@ -33,8 +34,8 @@ from trainplan.estimate.stack import Knobs, effective_knobs
 from trainplan.estimate.steptime import matmul_efficiency
 from trainplan.model import ModelArch
 from trainplan.errors import SpecError
-from trainplan.spec import (Checkpointing, FlashAttention, FusedKernels, Method, Precision, RecomputeModule, SelectiveRecompute, Stack,
-                            TransformerJob)  # fmt: skip
+from trainplan.spec import (Checkpointing, FlashAttention, FusedKernels, Method, Optimizer, Precision, RecomputeModule,
+                            SelectiveRecompute, Stack, TransformerJob)  # fmt: skip
 from trainplan.strategies import Strategy
 
 __all__ = ["TransformerModel", "activation_bytes", "estimate_transformer", "matmul_efficiency",
@@ -52,7 +53,8 @@ class TransformerModel:
     frozen_fp32_bytes: float  # the part of frozen_bytes stored in fp32 under mixed precision (knobs.frozen_weights_fp32)
     adapter_params: int
     trainable_matmul: float
-    adafactor_elems_per_param: float
+    state_elems_per_param: float  # Adafactor's and Muon's shape-dependent state (Params.shaped_state_elems), else 0
+    optimizer_flops: float = 0.0  # Muon's Newton-Schulz FLOPs per optimizer step (Params.optimizer_flops)
 
     @property
     def total(self) -> int:
@@ -107,10 +109,20 @@ def resolve_transformer(job: TransformerJob, catalog: Catalog | None = None) -> 
             frozen_bytes = counts.total * e16
             fp32_bytes = counts.total * 4.0 if fp32_base else 0.0
         trainable_matmul = 0.0
-    factored = arch_mod.factored_dims(arch)
-    vectors = counts.block_other
-    ada = (factored + vectors) / max(1, counts.total)
-    return TransformerModel(arch, counts, trainable, frozen_bytes, fp32_bytes, adapters, trainable_matmul, ada)
+    state_elems, optimizer_flops = 0.0, 0.0
+    if job.optimizer is Optimizer.ADAFACTOR:
+        state_elems = (arch_mod.factored_dims(arch) + counts.block_other) / max(1, counts.total)
+    elif job.optimizer is Optimizer.MUON:
+        if lora is not None:
+            raise SpecError(f"muon is modelled for method: full (Muon on the hidden matrices, AdamW on the rest); with "
+                            f"{job.method.value} adapters use adamw, or a kind: torch job, whose trace builds the "
+                            "optimizer", field="optimizer")  # fmt: skip
+        # one momentum buffer on Muon's matrices, AdamW's two moments on everything else
+        muon = arch_mod.muon_params(arch)
+        state_elems = (muon + 2.0 * (counts.total - muon)) / max(1, counts.total)
+        optimizer_flops = arch_mod.newton_schulz_flops(arch_mod.muon_matrices(arch))
+    return TransformerModel(arch, counts, trainable, frozen_bytes, fp32_bytes, adapters, trainable_matmul, state_elems,
+                            optimizer_flops)  # fmt: skip
 
 
 def _flash(job: TransformerJob, arch: ModelArch) -> bool:
@@ -716,13 +728,18 @@ def transformer_profile(job: TransformerJob, catalog: Catalog | None = None, *, 
     # a fused optimizer steps tensor by tensor in place, and so does one that steps inside backward
     foreach_optimizer = not (knobs.fused_optimizer or knobs.optimizer_in_backward)
     foreach = optimizer_foreach_temporary_bytes(m.trainable, job.optimizer, job.precision) if foreach_optimizer else 0.0
+    if job.optimizer is Optimizer.MUON:
+        muon = arch_mod.muon_params(arch)
+        foreach = muon_temporary_bytes(arch_mod.muon_matrices(arch), m.trainable - muon, job.precision,
+                                       foreach=foreach_optimizer)  # fmt: skip
     return StepProfile(
         source=ProfileSource.ANALYTIC,
         params=Params(
             total=m.total,
             trainable=m.trainable,
             frozen_bytes=m.frozen_bytes,
-            factored_state_elems=m.adafactor_elems_per_param,
+            shaped_state_elems=m.state_elems_per_param,
+            optimizer_flops=m.optimizer_flops,
             largest_block=arch_mod.largest_block_params(arch),
             largest_tensor=max(largest_linear, arch.vocab * arch.hidden) if job.method is Method.FULL else largest_linear,
             frozen_fp32_bytes=m.frozen_fp32_bytes,

@@ -387,7 +387,7 @@ def resolve_config(
             parallel_fits=option.devices,
             threads_per_fit=option.threads_per_process,
         )
-    check_qlora_strategy(job, option.strategy)
+    check_qlora_strategy(job, option.strategy, model_parallel=option.tp * option.pp * option.ep > 1)
     world = option.devices
     dp = world // (option.tp * option.pp)  # the tp ranks / pipeline stages of a data-parallel rank read the same data
     micro = job.micro_batch
@@ -559,7 +559,7 @@ def plan_launch(
     job = apply_overrides(load_request_job(request), request.steps)
     job_for_prediction = check_job(job, request.script)
     check_qlora_installed(job)  # here, not in check_job: a launch render runs it on nodes that install the extra
-    if request.strategy is not None and getattr(job, "method", None) is Method.QLORA:
+    if request.strategy is not None:
         check_qlora_strategy(job, Strategy.parse(request.strategy))  # before the data is tokenized
     prepared = prepare_data(job, request, tokenize_progress, warm.start if warm is not None else None)
     hw = probe_hardware(use_gpus=job.kind is not JobKind.TABULAR)

@@ -55,7 +55,7 @@ def run_neural(config: RunConfig, job: Any) -> dict[str, Any] | None:
         wl = torch_workload(job, world_size=ctx.world_size, micro_batch=config.micro_batch, grad_accum=config.grad_accum)
     params = parameter_count(wl.model)
     trainable = parameter_count(wl.model, trainable=True)
-    model, _ = ctx.wrap(wl.model, optimizer_factory(job.optimizer, job.learning_rate), materialize=wl.materialize)
+    model, _ = ctx.wrap(wl.model, optimizer_factory(job.optimizer, job.learning_rate, model=wl.model), materialize=wl.materialize)
     if wl.load_note is not None:
         ctx.log_event("load", how=wl.load_note)
     start = ctx.resume()

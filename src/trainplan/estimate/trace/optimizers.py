@@ -21,9 +21,11 @@ __all__ = [
     "ADAM8BIT_NOTE",
     "Adam8bitStandIn",
     "Lion",
+    "MuonWithAdamW",
     "OptimizerScalars",
     "default_foreach",
     "make_optimizer",
+    "muon_split",
     "optimizer_tensors",
     "prime_optimizer_state",
 ]
@@ -103,15 +105,86 @@ class Adam8bitStandIn(TorchOptimizer):
         return loss
 
 
-def make_optimizer(params: Any, name: Optimizer, *, foreach: bool | None = None, lr: float = 1e-4) -> TorchOptimizer:
+class MuonWithAdamW(TorchOptimizer):
+    """``torch.optim.Muon`` on the hidden 2-D matrices and ``torch.optim.AdamW`` on the other parameters, as one
+    optimizer: one ``step``, one state dict, one list of param groups for LR schedulers.
+
+    torch.optim.Muon's documentation trains with the two side by side ("Muon only supports 2D params; use a standard
+    optimizer such as AdamW for biases, embeddings, and other non-2D parameters").  Both are PyTorch's own and do the
+    arithmetic; this class only builds them over the same param-group dicts (so a scheduler's ``lr`` reaches them)
+    and one state mapping (so ``state_dict`` / ``load_state_dict`` round-trip both).
+
+    One learning rate and weight decay serve both: Muon's update is scaled to AdamW's RMS (``adjust_lr_fn=
+    "match_rms_adamw"``, Liu et al. 2025, which "can directly reuse the learning rate and weight decay tuned for
+    AdamW" — torch.optim.Muon's documentation), at torch.optim.AdamW's default weight decay 0.01.
+    """
+
+    def __init__(self, muon_params: Any, adamw_params: Any, *, lr: float = 1e-3, weight_decay: float = 1e-2,
+                 foreach: bool | None = None) -> None:  # fmt: skip
+        groups: list[dict[str, Any]] = []
+        if muon_params := list(muon_params):
+            groups.append({"params": muon_params, "muon": True})
+        if adamw_params := list(adamw_params):
+            groups.append({"params": adamw_params, "muon": False})
+        super().__init__(groups, {"lr": lr, "weight_decay": weight_decay, "muon": False})
+        self._foreach = foreach
+        self._bind()
+
+    def _bind(self) -> None:
+        muon = [g for g in self.param_groups if g["muon"]]
+        adamw = [g for g in self.param_groups if not g["muon"]]
+        self._parts: list[TorchOptimizer] = []
+        if muon:
+            self._parts.append(torch.optim.Muon(muon, adjust_lr_fn="match_rms_adamw"))
+        if adamw:
+            self._parts.append(torch.optim.AdamW(adamw, foreach=self._foreach))
+        for part in self._parts:
+            part.state = self.state  # parameters are disjoint: one mapping holds both optimizers' state
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for part in self._parts:
+            part.step()
+        return loss
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        self._bind()  # load_state_dict made new group dicts: build the two over them again
+
+
+def muon_split(model: torch.nn.Module, params: list[torch.nn.Parameter]) -> tuple[list[Any], list[Any]]:
+    """``params`` split into (Muon's, AdamW's): Muon takes the 2-D parameters except embedding tables and the output
+    head (``get_output_embeddings()`` where the model has one) — torch.optim.Muon's documentation and Liu et al.
+    2025 ("Muon is Scalable for LLM Training") keep embeddings and the head on AdamW."""
+    skip = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    head = model.get_output_embeddings() if callable(getattr(model, "get_output_embeddings", None)) else None
+    if head is not None and getattr(head, "weight", None) is not None:
+        skip.add(id(head.weight))
+    muon = [p for p in params if p.ndim == 2 and id(p) not in skip]
+    chosen = {id(p) for p in muon}
+    return muon, [p for p in params if id(p) not in chosen]
+
+
+def make_optimizer(params: Any, name: Optimizer, *, foreach: bool | None = None, lr: float = 1e-4,
+                   model: torch.nn.Module | None = None) -> TorchOptimizer:  # fmt: skip
     """The real optimizer for ``name`` over ``params`` (trainable parameters).
 
     ``foreach``: PyTorch's multi-tensor implementation (the default on CUDA);
-    ``None`` keeps PyTorch's own default for the device.
+    ``None`` keeps PyTorch's own default for the device.  ``model``: the module the parameters belong to, which
+    Muon needs to tell hidden matrices from embeddings and the head (:func:`muon_split`).
     """
     params = [p for p in params if p.requires_grad]
     if not params:
         raise ValueError("the model has no trainable parameters")
+    if name is Optimizer.MUON:
+        if model is None:
+            raise ValueError("muon needs the model to split its parameters")
+        hidden, rest = muon_split(model, params)
+        return MuonWithAdamW(hidden, rest, lr=lr, foreach=foreach)
     if name is Optimizer.ADAMW:
         return torch.optim.AdamW(params, lr=lr, foreach=foreach)
     if name is Optimizer.SGD:
@@ -130,7 +203,8 @@ def default_foreach(name: Optimizer, *, on_cuda: bool) -> bool | None:
 
     ``None`` for optimizers without a ``foreach`` switch.
     """
-    return on_cuda if name in (Optimizer.ADAMW, Optimizer.SGD, Optimizer.ADAFACTOR) else None
+    # Muon's AdamW part takes the switch; torch.optim.Muon itself has only its per-tensor loop
+    return on_cuda if name in (Optimizer.ADAMW, Optimizer.SGD, Optimizer.ADAFACTOR, Optimizer.MUON) else None
 
 
 def prime_optimizer_state(optimizer: TorchOptimizer) -> None:

@@ -60,6 +60,8 @@ class TraceResult:
     attention_flops_backward: int = 0
     memory_bytes_forward: int = 0
     memory_bytes_backward: int = 0
+    # FLOPs of optimizer.step() (Muon's Newton-Schulz matmuls; 0 for optimizers that only stream their state)
+    flops_optimizer: float = 0.0
 
     @property
     def flops_per_step(self) -> float:

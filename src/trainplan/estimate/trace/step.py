@@ -168,7 +168,7 @@ def _optimizer(model: nn.Module, settings: _Settings) -> TorchOptimizer:
     """The real optimizer over the trainable parameters, its state already created as by a first step."""
     foreach = default_foreach(settings.optimizer, on_cuda=settings.on_cuda)
     with stage("cannot create the optimizer"):
-        opt = make_optimizer(model.parameters(), settings.optimizer, foreach=foreach)
+        opt = make_optimizer(model.parameters(), settings.optimizer, foreach=foreach, model=model)
         with OptimizerScalars():
             prime_optimizer_state(opt)
     return opt

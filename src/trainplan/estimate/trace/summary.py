@@ -93,6 +93,7 @@ def summarise(
         attention_flops_backward=watch.attention_flops[Phase.BACKWARD],
         memory_bytes_forward=watch.memory_bytes[Phase.FORWARD],
         memory_bytes_backward=watch.memory_bytes[Phase.BACKWARD],
+        flops_optimizer=float(watch.flops[Phase.OPTIMIZER]),
     )
 
 

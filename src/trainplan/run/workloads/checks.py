@@ -16,8 +16,10 @@ from trainplan.catalog import resolve_model
 from trainplan.model import ModelArch, UnsupportedArchitecture, hf_model_type
 from trainplan.spec import Method, Optimizer, Precision, TransformerJob
 
-#: Optimizers the built-in workloads can build from torch alone.
-RUNNABLE_OPTIMIZERS = (Optimizer.ADAMW, Optimizer.SGD, Optimizer.ADAFACTOR)
+#: Optimizers the built-in workloads can build from torch alone (Muon: torch.optim.Muon beside AdamW).
+RUNNABLE_OPTIMIZERS = (Optimizer.ADAMW, Optimizer.SGD, Optimizer.ADAFACTOR, Optimizer.MUON)
+#: Where Muon runs: torch.optim.Muon steps whole matrices on every rank (estimate/compat.py says why not elsewhere).
+MUON_STRATEGIES = ("single", "ddp")
 BUILTIN_LOSSES = ("mean", "sum", "mse", "cross_entropy")
 
 
@@ -72,11 +74,16 @@ def check_supported(job: TransformerJob, arch: ModelArch) -> None:
 QLORA_STRATEGIES = ("single", "ddp")
 
 
-def check_qlora_strategy(job: Any, strategy: Any) -> None:
-    """A QLoRA job trains single or DDP (QLORA_STRATEGIES)."""
+def check_qlora_strategy(job: Any, strategy: Any, *, model_parallel: bool = False) -> None:
+    """A QLoRA job trains single or DDP (QLORA_STRATEGIES); so does a Muon job (MUON_STRATEGIES), without tensor,
+    pipeline or expert parallel."""
     if getattr(job, "method", None) is Method.QLORA and strategy.value not in QLORA_STRATEGIES:
         raise SpecError(f"qlora runs single or ddp (its 4-bit base is replicated); got {strategy.value} — "
                         "use --strategy ddp, or method: lora", field="--strategy")  # fmt: skip
+    if getattr(job, "optimizer", None) is Optimizer.MUON and (strategy.value not in MUON_STRATEGIES or model_parallel):
+        got = strategy.value + (" with tensor / pipeline / expert parallel" if model_parallel else "")
+        raise SpecError(f"muon runs single or ddp (torch.optim.Muon steps whole matrices on every rank); got {got} — "
+                        "use --strategy ddp, or optimizer: adamw", field="--strategy")  # fmt: skip
 
 
 def check_qlora_installed(job: Any) -> None:

@@ -69,12 +69,20 @@ def to_device(obj: Any, device: torch.device) -> Any:
     return obj
 
 
-def optimizer_factory(kind: Optimizer, lr: float) -> Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]:
-    """A function that builds the job's optimizer over the trainable parameters it is given."""
+def optimizer_factory(kind: Optimizer, lr: float, *, model: torch.nn.Module | None = None,
+                      ) -> Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]:  # fmt: skip
+    """A function that builds the job's optimizer over the trainable parameters it is given (Muon: ``model``'s own
+    parameters, which it splits into hidden matrices and the rest)."""
     check_optimizer(kind)
 
     def make(params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
         trainable = [p for p in params if p.requires_grad]
+        if kind is Optimizer.MUON:
+            from trainplan.estimate.trace.optimizers import make_optimizer
+
+            if model is None:
+                raise ValueError("muon needs the model to split its parameters")
+            return make_optimizer(trainable, kind, lr=lr, model=model)
         if kind is Optimizer.SGD:
             return torch.optim.SGD(trainable, lr=lr, momentum=0.9)
         if kind is Optimizer.ADAFACTOR:
