@@ -236,3 +236,14 @@ def test_a_moe_keeps_its_3d_experts_on_adamw(tmp_path) -> None:
     assert 0 < experts <= analytic.params.total - muon  # the experts are on AdamW's side
     assert analytic.params.shaped_state_elems == traced.params.shaped_state_elems
     assert analytic.params.optimizer_flops == traced.params.optimizer_flops > 0
+
+
+def test_a_muon_job_that_fits_nowhere_says_what_sharding_would_need() -> None:
+    from trainplan.errors import InfeasibleError
+    from trainplan.planner.core import plan_job, require_options
+
+    job = parse_job({"kind": "transformer", "model": "llama-2-70b", "seq_len": 4096, "micro_batch": 1, "steps": 10,
+                     "optimizer": "muon", "activation_checkpointing": "full"})  # fmt: skip
+    with pytest.raises(InfeasibleError, match="muon is planned with single and ddp only; optimizer: adamw") as err:
+        require_options(plan_job(job, hints=False), job)
+    assert err.value.field == "constraints" and "\n" not in str(err.value)

@@ -332,8 +332,13 @@ def require_options(plan: Plan, job: Job) -> Plan:
         )
     if not plan.rejected:
         raise InfeasibleError("no catalog hardware matches clouds/max_gpus/spot", field="constraints")
+    # a Muon job is planned single / DDP only (estimate/compat.py): say what the sharded options would need
+    muon = sum(1 for e in plan.rejected if e.rejection and e.rejection.text.startswith("muon is planned with single"))
+    extra = (f" ({muon} sharded options were set aside: muon is planned with single and ddp only; optimizer: adamw "
+             "plans ZeRO and FSDP)") if muon else ""  # fmt: skip
     raise InfeasibleError(
-        f"no option fits; closest: {plan.rejected[0].hardware.label} {plan.rejected[0].setup}: {plan.rejected[0].reason}",
+        f"no option fits; closest: {plan.rejected[0].hardware.label} {plan.rejected[0].setup}: {plan.rejected[0].reason}"
+        + extra,
         field="constraints",
     )
 
