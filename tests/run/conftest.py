@@ -202,6 +202,20 @@ def run(job: Path, out: Path, **options: Any) -> RunSummary:
     return execute(RunRequest(job_path=job, out=out, checkpoint_minutes=None, **options), progress=None)
 
 
+def refused(tmp_path: Path, spec: dict[str, Any], **options: Any) -> Any:
+    """``trainplan run`` of ``spec`` with ``options`` is refused before anything runs: one line (the SpecError it
+    returns), and the existing output directory it was pointed at keeps exactly what it held."""
+    from trainplan.errors import SpecError
+
+    out = tmp_path / "existing"
+    out.mkdir(exist_ok=True)
+    (out / "keep.txt").write_text("mine")
+    with pytest.raises(SpecError) as err:
+        execute(RunRequest(job_path=write_job(tmp_path / "bad.yaml", spec), out=out, overwrite=True, **options))
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"] and "\n" not in str(err.value)
+    return err.value
+
+
 def step_losses(out: Path) -> list[float]:
     """The loss of each step a run logged (``metrics.jsonl``)."""
     return [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines() if '"loss"' in line]

@@ -4,7 +4,6 @@ CPU over gloo, step for step alike, resumed from its checkpoint after a killed w
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -49,22 +48,9 @@ def test_muon_trains_single_and_ddp_and_resumes(tmp_path: Path, monkeypatch: pyt
     assert step_losses(tmp_path / "killed")[-1] == pytest.approx(losses[-1], rel=1e-6)
 
 
-def _refused(tmp_path: Path, **options: Any) -> Any:
-    from conftest import write_job
-
-    from trainplan.errors import SpecError
-    from trainplan.run.api import RunRequest, execute
-
-    out = tmp_path / "existing"
-    out.mkdir(exist_ok=True)
-    (out / "keep.txt").write_text("mine")
-    with pytest.raises(SpecError) as err:
-        execute(RunRequest(job_path=write_job(tmp_path / "bad.yaml", MUON_JOB), out=out, overwrite=True, **options))
-    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"] and "\n" not in str(err.value)
-    return err.value
-
-
 @pytest.mark.parametrize("strategy", ["fsdp", "zero2"])
 def test_muon_under_a_sharding_strategy_is_refused(tmp_path: Path, strategy: str) -> None:
-    err = _refused(tmp_path, strategy=strategy, devices=2)
+    from conftest import refused
+
+    err = refused(tmp_path, MUON_JOB, strategy=strategy, devices=2)
     assert err.field == "--strategy" and "muon runs single or ddp" in str(err)

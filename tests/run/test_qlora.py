@@ -11,15 +11,13 @@ from __future__ import annotations
 import importlib.util
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 
-from conftest import FAULT_VARS, load_state, run, write_job
+from conftest import FAULT_VARS, load_state, refused, run, write_job
 from test_finetune import ckpt, data, job, loss_of, metric_lines  # noqa: F401 - module fixtures reused
 from trainplan.errors import SpecError
-from trainplan.run.api import RunRequest, execute
 from trainplan.run.workloads import textdata
 
 pytest.importorskip("bitsandbytes")
@@ -107,16 +105,6 @@ def test_qlora_trains_adapters_on_the_4bit_checkpoint_and_resumes_exactly(tmp_pa
 
 
 # --------------------------------------------------------------------------- refused in one line, nothing touched
-
-
-def refused(tmp_path: Path, spec: dict[str, Any], **options: Any) -> SpecError:
-    out = tmp_path / "existing"
-    out.mkdir(exist_ok=True)
-    (out / "keep.txt").write_text("mine")
-    with pytest.raises(SpecError) as err:
-        execute(RunRequest(job_path=write_job(tmp_path / "bad.yaml", spec), out=out, overwrite=True, **options))
-    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"] and "\n" not in str(err.value)
-    return err.value
 
 
 @pytest.mark.parametrize("strategy", ["fsdp", "zero2", "zero3"])
