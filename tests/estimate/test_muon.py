@@ -247,3 +247,17 @@ def test_a_muon_job_that_fits_nowhere_says_what_sharding_would_need() -> None:
     with pytest.raises(InfeasibleError, match="muon is planned with single and ddp only; optimizer: adamw") as err:
         require_options(plan_job(job, hints=False), job)
     assert err.value.field == "constraints" and "\n" not in str(err.value)
+
+
+def test_muon_on_a_pytorch_without_it_is_one_line(monkeypatch) -> None:
+    """trainplan's torch extra accepts PyTorch 2.4; torch.optim.Muon arrived in 2.9: run and trace say so."""
+    from trainplan.estimate.trace.optimizers import make_optimizer
+    from trainplan.run.workloads.checks import check_optimizer
+    from trainplan.spec import Optimizer
+
+    monkeypatch.delattr(torch.optim, "Muon")
+    with pytest.raises(SpecError, match=r"PyTorch >= 2.9") as err:
+        check_optimizer(Optimizer.MUON)
+    assert err.value.field == "optimizer"
+    with pytest.raises(ValueError, match=r"PyTorch >= 2.9"):
+        make_optimizer(torch.nn.Linear(2, 2).parameters(), Optimizer.MUON, model=torch.nn.Linear(2, 2))

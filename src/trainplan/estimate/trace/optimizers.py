@@ -181,6 +181,8 @@ def make_optimizer(params: Any, name: Optimizer, *, foreach: bool | None = None,
     if not params:
         raise ValueError("the model has no trainable parameters")
     if name is Optimizer.MUON:
+        if not hasattr(torch.optim, "Muon"):
+            raise ValueError(f"muon needs torch.optim.Muon (PyTorch >= 2.9); this environment has torch {torch.__version__}")
         if model is None:
             raise ValueError("muon needs the model to split its parameters")
         hidden, rest = muon_split(model, params)

@@ -27,6 +27,17 @@ def check_optimizer(kind: Optimizer) -> None:
     if kind not in RUNNABLE_OPTIMIZERS:
         allowed = ", ".join(o.value for o in RUNNABLE_OPTIMIZERS)
         raise SpecError(f"trainplan run supports {allowed}; got {kind.value!r}", field="optimizer")
+    if kind is Optimizer.MUON:
+        check_muon_available()
+
+
+def check_muon_available() -> None:
+    """torch.optim.Muon arrived in PyTorch 2.9; trainplan's torch extra accepts older releases."""
+    import torch
+
+    if not hasattr(torch.optim, "Muon"):
+        raise SpecError(f"muon needs torch.optim.Muon (PyTorch >= 2.9); this environment has torch {torch.__version__}",
+                        field="optimizer")  # fmt: skip
 
 
 def resolve_arch(job: TransformerJob) -> ModelArch:
