@@ -32,6 +32,7 @@ HELDOUT8 = DATA.with_name("published_heldout8.yaml")  # eighth set: frozen 2026-
 HELDOUT9 = DATA.with_name("published_heldout9.yaml")  # ninth set: frozen 2026-12-05 (session 9) after the eighth's change
 HELDOUT10 = DATA.with_name("published_heldout10.yaml")  # tenth: frozen 2026-12-05 (session 9) after the LoRA count
 HELDOUT11 = DATA.with_name("published_heldout11.yaml")  # eleventh: frozen 2026-12-06 (session 12)
+HELDOUT12 = DATA.with_name("published_heldout12.yaml")  # twelfth: frozen 2026-12-06 (session 13)
 
 
 def main() -> None:
@@ -102,6 +103,8 @@ def main() -> None:
                "change may be chosen by it)", args.all)
     frozen_set(HELDOUT11, "ELEVENTH SET (frozen 2026-12-06, session 12, after the MoE fused-activation knob; held out: no\n"
                "change may be chosen by it)", args.all)
+    frozen_set(HELDOUT12, "TWELFTH SET (frozen 2026-12-06, session 13, after the Muon optimizer; held out: no change may be\n"
+               "chosen by it; three published out-of-memory runs)", args.all)
 
 
 def frozen_set(path: Path, label: str, show_all: bool) -> None:

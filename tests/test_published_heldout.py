@@ -40,9 +40,11 @@ FROZEN = {
     "published_heldout10.yaml": "7f519263144319e67928308b2e1c1d17b0eefa1dfb555c3dd998830735095927",
     # the eleventh: collected 2026-12-06 (session 12), after the MoE fused-activation knob
     "published_heldout11.yaml": "55a7d1301c951b20e9a23eca64e90cc95068e52513726d9490e59f4c01413859",
+    # the twelfth: collected 2026-12-06 (session 13), with three published out-of-memory runs
+    "published_heldout12.yaml": "7f7d9cde244961f545d67cc6f29da381a7ff991f8d1dec97d8c8205ed26a60b2",
 }
-HELDOUT, HELDOUT2, HELDOUT3, HELDOUT4, HELDOUT5, HELDOUT6, HELDOUT7, HELDOUT8, HELDOUT9, HELDOUT10, HELDOUT11 = (
-    DATA / name for name in FROZEN)
+(HELDOUT, HELDOUT2, HELDOUT3, HELDOUT4, HELDOUT5, HELDOUT6, HELDOUT7, HELDOUT8, HELDOUT9, HELDOUT10, HELDOUT11,
+ HELDOUT12) = (DATA / name for name in FROZEN)
 IN_SAMPLE = ("published_llm.yaml", "published_stacks.yaml")
 
 
@@ -111,6 +113,17 @@ def test_the_later_sets_are_usable_and_new() -> None:
     for document in ("extensions/thunder/README.md", "jiaweizzhao/GaLore", "Megatron-SWIFT-Training.md",
                      "examples/lit-gpt/README.md"):  # its four documents are new
         assert any(document in str(r["source"]) for r in eleventh) and document not in cited10 + in_sample_text
+    twelfth = yaml.safe_load(HELDOUT12.read_text())
+    cited11 = cited10 + " ".join(str(r.get("source")) for r in eleventh)
+    assert not {r["id"] for r in twelfth} & ({r["id"] for r in eleventh} | {r["id"] for r in tenth} | set(ids))
+    for rec in twelfth:  # sourced, a peak or a stated out-of-memory; a row trainplan cannot state says why
+        m = rec["measured"]
+        assert rec["source"] and rec["notes"] and (m.get("fits") is False or any(k.startswith("peak_memory") for k in m))
+        assert (record_to_job(rec) is None) == bool(rec.get("not_modelled")), rec["id"]
+    assert sum(r["measured"].get("fits") is False for r in twelfth) == 3
+    for document in ("torchtitan/pull/808", "LlamaFactory/issues/3696", "torchtitan/pull/1690", "pith-train/issues/79",
+                     "lightning-thunder/pull/1261", "lightning-thunder/issues/1176"):  # its six documents are new
+        assert any(document in str(r["source"]) for r in twelfth) and document not in cited11 + in_sample_text
     for rec in fourth:  # kept whole, the configurations trainplan cannot express included (reported as not modelled)
         assert rec["source"] and rec["notes"] and rec["measured"], rec["id"]
         assert rec["measured"].get("fits") is False or rec["measured"].get("peak_memory_gib"), rec["id"]
