@@ -206,12 +206,15 @@ def _alternate(n: int) -> list[str]:
 
 def _read_gemma2(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
     """Gemma 2: four norms per block (pre and post around attention and MLP), alternating sliding layers,
-    final-logit soft-capping (Gemma 2 report, arXiv 2408.00118, Sec. 2)."""
+    final-logit and attention-logit soft-capping (Gemma 2 report, arXiv 2408.00118, Sec. 2; transformers'
+    ``Gemma2Config`` defaults: 30.0 and 50.0)."""
     out = _llama_like(cfg, mt, tied_default=True)
     out["block_norms"] = 4
     out.update(_sliding(cfg, mt, out["layers"], _alternate))
     if cfg.get("final_logit_softcapping", 30.0):
         out["final_logit_softcap"] = float(cfg.get("final_logit_softcapping", 30.0))
+    if cfg.get("attn_logit_softcapping", 50.0):
+        out["attention_softcap"] = float(cfg.get("attn_logit_softcapping", 50.0))
     _no(cfg, mt, "use_bidirectional_attention")
     return out, COMMON_KEYS | {"attention_bias", "mlp_bias", "sliding_window", "layer_types", "final_logit_softcapping",
                                "use_bidirectional_attention"}

@@ -118,6 +118,7 @@ class ModelArch(BaseModel):
     sliding_window: PositiveInt | None = None
     sliding_layers: Annotated[int, Field(ge=0)] = 0  # how many layers attend within sliding_window
     final_logit_softcap: PositiveFloat | None = None  # Gemma 2: logits = cap · tanh(logits / cap)
+    attention_softcap: PositiveFloat | None = None  # Gemma 2: scores = cap · tanh(scores / cap) before the softmax
     moe: MoE | None = None
     mla: MLA | None = None
     mtp_layers: Annotated[int, Field(ge=0)] = 0  # DeepSeek-V3 multi-token-prediction modules (not built by transformers)
@@ -161,7 +162,7 @@ class ModelArch(BaseModel):
         """No feature beyond the Llama / GPT-2 / BERT / T5 shapes that :func:`hf_config` can write back."""
         return (self.moe is None and self.mla is None and self.attention_bias is None and self.qk_norm is None
                 and not self.attention_sinks and self.block_norms == 2 and not self.sliding_layers
-                and self.final_logit_softcap is None and not self.mtp_layers)  # fmt: skip
+                and self.final_logit_softcap is None and self.attention_softcap is None and not self.mtp_layers)  # fmt: skip
 
     # ------------------------------------------------------------------ derived counts
 

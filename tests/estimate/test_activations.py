@@ -248,3 +248,28 @@ def test_a_python_gelu_under_cuda_autocast_keeps_fp32_copies() -> None:
               mlp="gelu", norm="layernorm", precision=Precision.BF16, flash_attention=True)  # fmt: skip
     extra = layer_activation_bytes(**kw, gelu_python=True) - layer_activation_bytes(**kw)
     assert extra == tokens * ffn * (12 + 2 * 2 - 2 * 2)  # against the fused GELU's input and output
+
+
+def test_gemma2_soft_capped_eager_attention_keeps_the_tanh_output_too() -> None:
+    """transformers' own Gemma 2 ``eager_attention_forward`` (its only training path without the flash-attn package:
+    ``_supports_sdpa = False``): the fp32 softmax and its 16-bit copy, plus the soft-cap's ``tanh`` output."""
+    from types import SimpleNamespace
+
+    gemma2 = pytest.importorskip("transformers.models.gemma2.modeling_gemma2")
+    b, heads, s, d = 1, 2, 32, 16
+    q, k, v = (torch.randn(b, heads, s, d, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    module = SimpleNamespace(num_key_value_groups=1, training=True)
+    mask = torch.full((s, s), float("-inf"), dtype=torch.bfloat16).triu(1)[None, None]
+
+    def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softcap: float | None) -> torch.Tensor:
+        return gemma2.eager_attention_forward(module, q, k, v, mask, scaling=d**-0.5, softcap=softcap)[0]
+
+    kw = dict(seq_len=s, micro_batch=b, hidden=heads * d, heads=heads, q_dim=heads * d, kv_dim=heads * d,
+              ffn_hidden=4 * heads * d, mlp="gelu", norm="layernorm", precision=Precision.BF16, autocast_softmax=True,
+              flash_attention=False)  # fmt: skip
+    scores = b * heads * s * s
+    capped = _saved_bytes(attention, q, k, v, 50.0, exclude=(q, k, v, mask))
+    plain = _saved_bytes(attention, q, k, v, None, exclude=(q, k, v, mask))
+    assert plain == scores * 6 and capped == scores * 8  # fp32 softmax + 16-bit copy (+ the 16-bit tanh output)
+    extra = layer_activation_bytes(**kw, softcap=True) - layer_activation_bytes(**kw)
+    assert extra == capped - plain

@@ -319,3 +319,22 @@ def test_an_unknown_lora_implementation_is_refused_not_counted_as_measured() -> 
     with pytest.raises(SpecError, match="lora_implementation 'mine' is not one of") as err:
         effective_knobs(_job(stack="torchtune"), cat)
     assert err.value.field == "stack"
+
+
+@pytest.mark.parametrize("stack", ["plain", "hf-trainer", "litgpt"])
+def test_gemma2_attends_eagerly_under_auto_for_its_soft_cap(stack: str) -> None:
+    """Gemma 2's attention-logit soft-cap has no SDPA path (transformers: ``_supports_sdpa = False``; LitGPT computes
+    the scores eagerly when it is set): ``auto`` is eager, with the tanh output kept; the flash-attn package (``true``)
+    applies the cap in its kernel.  Gemma 3 has no attention soft-cap and keeps SDPA."""
+    from trainplan.catalog import resolve_model
+
+    cat = get_catalog()
+    assert resolve_model("gemma-2-9b").attention_softcap == 50.0 and resolve_model("gemma-3-1b").attention_softcap is None
+    gemma = {**BASE, "model": "gemma-2-9b", "seq_len": 2048, "micro_batch": 1, "stack": stack}
+    auto = transformer_profile(parse_job(gemma), cat).memory.activations
+    eager = transformer_profile(parse_job({**gemma, "flash_attention": "false"}), cat).memory.activations
+    fused = transformer_profile(parse_job({**gemma, "flash_attention": "true"}), cat).memory.activations
+    assert auto == eager > fused
+    gemma3 = {**BASE, "model": "gemma-3-1b", "seq_len": 2048, "micro_batch": 1, "stack": stack}
+    assert transformer_profile(parse_job(gemma3), cat).memory.activations < transformer_profile(
+        parse_job({**gemma3, "flash_attention": "false"}), cat).memory.activations

@@ -323,6 +323,7 @@ def layer_activation_bytes(
     checkpointing: Checkpointing = Checkpointing.NONE,
     compiled: bool = False,
     autocast_softmax: bool = False,
+    softcap: bool = False,
     frozen_norms: bool = False,
     attention_output_copy: bool = False,
     fused_kernels: FusedKernels = FusedKernels.NONE,
@@ -358,6 +359,10 @@ def layer_activation_bytes(
     keeps — of the dropout output, with dropout — 4 + e (+1 for the mask)
     bytes per score instead of e (+1 + e); Megatron's fused softmax (the
     Korthikanti count) keeps 16 bits.
+    ``softcap``: eager attention with logit soft-capping (Gemma 2: ``cap · tanh(scores / cap)``, transformers'
+    ``eager_attention_forward`` and LitGPT's ``do_softcapping``) also keeps the ``tanh`` output for its backward
+    (``derivatives.yaml``: ``tanh`` saves its result; dividing and multiplying by a scalar save nothing): e more
+    bytes per score.
     ``frozen_norms``: the norms' weights do not train (LoRA), see :func:`norm_saved_bytes_per_token`.
     ``fused_kernels``: Triton kernels in place of the eager norms and SwiGLU.  Liger Kernel's RMSNorm
     (``LigerRMSNormFunction``: ``ctx.save_for_backward(X, W, RSTD)``) and Unsloth's (``Fast_RMS_Layernorm``: X and
@@ -397,6 +402,8 @@ def layer_activation_bytes(
             attn_linear += e * q_dim
     else:
         core = (4.0 + e if fp32_softmax else e) * heads * seq_len
+        if softcap:  # the tanh output of the soft-cap
+            core += e * heads * seq_len
         if dropout:  # the mask, and the dropout output (under autocast its 16-bit cast replaces the one above)
             core += heads * seq_len * (1 + (0 if fp32_softmax else e))
     intermediates = (2 if mlp == "swiglu" else 1) if compiled else (4 if mlp == "swiglu" else 2)

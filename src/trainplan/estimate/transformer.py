@@ -131,9 +131,16 @@ def _flash(job: TransformerJob, arch: ModelArch) -> bool:
     "auto": PyTorch's scaled_dot_product_attention picks a fused kernel (flash or memory-efficient) on every CUDA
     GPU — except where the Hugging Face model has no SDPA path: the ALiBi families (BLOOM, MPT) add their bias to
     eagerly computed scores (transformers ``BloomPreTrainedModel`` / ``MptPreTrainedModel``: ``_supports_sdpa =
-    False``, v5.25.0).  llm-foundry's MPT runs its own flash / triton attention.
+    False``, v5.25.0).  llm-foundry's MPT runs its own flash / triton attention.  Attention-logit soft-capping
+    (Gemma 2) has no SDPA path either: transformers' ``Gemma2PreTrainedModel`` sets ``_supports_sdpa = False  # sdpa
+    does not support softcapping`` (v5.25.0), and LitGPT's ``CausalSelfAttention.scaled_dot_product_attention``
+    computes the scores eagerly when ``attention_logit_softcapping`` is set ("with softcapping we cannot use SDPA");
+    ``flash_attention: true`` is the flash-attn package (``attn_implementation="flash_attention_2"``), which applies
+    the cap inside its kernel.
     """
     if job.flash_attention is FlashAttention.AUTO and arch.position == "alibi" and job.stack is not Stack.LLM_FOUNDRY:
+        return False
+    if job.flash_attention is FlashAttention.AUTO and arch.attention_softcap is not None:
         return False
     return job.flash_attention is not FlashAttention.FALSE
 
@@ -190,6 +197,7 @@ def layer_split(job: TransformerJob, arch: ModelArch, k: Knobs, ffn_hidden: int)
         dropout=arch.dropout > 0,
         frozen_norms=job.lora_spec is not None,
         autocast_softmax=job.precision.mixed,
+        softcap=arch.attention_softcap is not None,
         attention_output_copy=_attention_output_copy(job, arch, k),
         fused_kernels=k.fused_kernels,
         gelu_python=arch.gelu_python,
