@@ -36,7 +36,7 @@ from trainplan.run.launch import DEFAULT_MAX_RESTARTS, LaunchSpec, WarmWorker, d
 from trainplan.run.predict import FIGURES, Prediction, relative_error
 from trainplan.run.results import Measured, RunStatus, WorkerResult
 from trainplan.run.rundir import RunLock, RunPaths, prepare_run_dir
-from trainplan.run.workloads.checks import check_qlora_installed, check_qlora_strategy
+from trainplan.run.workloads.checks import check_job_strategy, check_qlora_installed
 from trainplan.spec import JobKind, Method, Precision, TabularLibrary, load_job
 from trainplan.strategies import Engine, Strategy
 
@@ -387,7 +387,7 @@ def resolve_config(
             parallel_fits=option.devices,
             threads_per_fit=option.threads_per_process,
         )
-    check_qlora_strategy(job, option.strategy, model_parallel=option.tp * option.pp * option.ep > 1)
+    check_job_strategy(job, option.strategy, model_parallel=option.tp * option.pp * option.ep > 1)
     world = option.devices
     dp = world // (option.tp * option.pp)  # the tp ranks / pipeline stages of a data-parallel rank read the same data
     micro = job.micro_batch
@@ -560,7 +560,7 @@ def plan_launch(
     job_for_prediction = check_job(job, request.script)
     check_qlora_installed(job)  # here, not in check_job: a launch render runs it on nodes that install the extra
     if request.strategy is not None:
-        check_qlora_strategy(job, Strategy.parse(request.strategy))  # before the data is tokenized
+        check_job_strategy(job, Strategy.parse(request.strategy))  # before the data is tokenized
     prepared = prepare_data(job, request, tokenize_progress, warm.start if warm is not None else None)
     hw = probe_hardware(use_gpus=job.kind is not JobKind.TABULAR)
     strategy, devices = request.strategy, request.devices

@@ -16,7 +16,7 @@ from typing import Any, Callable
 from trainplan.errors import SpecError
 from trainplan.measure.probe import Accelerator, Hardware
 from trainplan.run.predict import Prediction, predict
-from trainplan.run.workloads.checks import check_qlora_strategy
+from trainplan.run.workloads.checks import check_job_strategy
 from trainplan.spec import JobKind, Precision
 from trainplan.strategies import Engine, Strategy, strategies_for
 
@@ -79,7 +79,7 @@ def check_strategy(strategy: Strategy, devices: int, hw: Hardware, job: Any) -> 
         and getattr(job, "precision", None) is Precision.FP16
     ):
         raise SpecError("fp16 with fsdp is not supported by trainplan run; use bf16", field="precision")
-    check_qlora_strategy(job, strategy)
+    check_job_strategy(job, strategy)
 
 
 def _threads(hw: Hardware, processes: int) -> int:

@@ -85,7 +85,7 @@ def check_supported(job: TransformerJob, arch: ModelArch) -> None:
 QLORA_STRATEGIES = ("single", "ddp")
 
 
-def check_qlora_strategy(job: Any, strategy: Any, *, model_parallel: bool = False) -> None:
+def check_job_strategy(job: Any, strategy: Any, *, model_parallel: bool = False) -> None:
     """A QLoRA job trains single or DDP (QLORA_STRATEGIES); so does a Muon job (MUON_STRATEGIES), without tensor,
     pipeline or expert parallel."""
     if getattr(job, "method", None) is Method.QLORA and strategy.value not in QLORA_STRATEGIES:
