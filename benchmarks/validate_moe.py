@@ -33,7 +33,7 @@ def compare(rec: dict, cat) -> tuple[str, float, float, object] | str:  # noqa: 
         "kind": "transformer", "name": rec["id"], "model": rec["preset"], "method": "full", "seq_len": rec["seq_len"],
         "micro_batch": rec["micro_batch"], "global_batch": rec["global_batch"], "precision": rec.get("precision", "bf16"),
         "optimizer": "adamw", "steps": 1, "activation_checkpointing": rec["activation_checkpointing"],
-        "knobs": rec.get("knobs", {}),
+        "flash_attention": rec.get("flash_attention", "auto"), "knobs": rec.get("knobs", {}),
     })  # fmt: skip
     acc = cat.accelerators[hw_rec["accelerator"]]
     hw = hardware_for_gpu(acc, cat, gpus=hw_rec["gpus_per_node"], nodes=hw_rec["nodes"])

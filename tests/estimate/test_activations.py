@@ -250,6 +250,38 @@ def test_a_python_gelu_under_cuda_autocast_keeps_fp32_copies() -> None:
     assert extra == tokens * ffn * (12 + 2 * 2 - 2 * 2)  # against the fused GELU's input and output
 
 
+@pytest.mark.parametrize("fp32_weights", [False, True])
+def test_gpt_oss_sink_attention_keeps_its_softmax_in_the_logits_dtype(fp32_weights: bool) -> None:
+    """transformers' own gpt-oss ``eager_attention_forward`` (``_supports_sdpa = False``): the softmax over the scores
+    and the sink column in the dtype the mask and the sinks give the logits, the row maximum's indices, and a 16-bit
+    copy for the value matmul only when the softmax was fp32 — 16-bit weights (pure bf16, a 16-bit LoRA base) against
+    fp32 weights under autocast."""
+    from types import SimpleNamespace
+
+    gpt_oss = pytest.importorskip("transformers.models.gpt_oss.modeling_gpt_oss")
+    b, heads, s, d = 2, 4, 24, 8
+    wdt = torch.float32 if fp32_weights else torch.bfloat16
+    q, k, v = (torch.randn(b, heads, s, d, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    sinks = torch.zeros(heads, dtype=wdt, requires_grad=True)
+    module = SimpleNamespace(num_key_value_groups=1, training=True, sinks=sinks)
+    mask = torch.full((s, s), float("-inf"), dtype=wdt).triu(1)[None, None]
+
+    def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=fp32_weights):
+            return gpt_oss.eager_attention_forward(module, q, k, v, mask, scaling=d**-0.5)[0]
+
+    saved = _saved_bytes(attention, q, k, v, exclude=(q, k, v, mask, sinks))
+    kw = dict(seq_len=s, micro_batch=b, hidden=heads * d, heads=heads, q_dim=heads * d, kv_dim=heads * d,
+              ffn_hidden=4 * heads * d, mlp="gelu", norm="layernorm", autocast_softmax=fp32_weights)  # fmt: skip
+    precision = Precision.BF16 if fp32_weights else Precision.BF16_PURE
+    eager = layer_activation_bytes(**kw, precision=precision, flash_attention=False, sinks=True)
+    fused = layer_activation_bytes(**kw, precision=precision, flash_attention=True)
+    core = eager - fused + b * s * 4 * heads  # the fused kernel's log-sum-exp out, the eager core in
+    assert saved == core
+    scores = b * heads * s * (s + 1)
+    assert saved == (4 * scores + 2 * b * heads * s * s if fp32_weights else 2 * scores) + 8 * b * heads * s
+
+
 def test_gemma2_soft_capped_eager_attention_keeps_the_tanh_output_too() -> None:
     """transformers' own Gemma 2 ``eager_attention_forward`` (its only training path without the flash-attn package:
     ``_supports_sdpa = False``): the fp32 softmax and its 16-bit copy, plus the soft-cap's ``tanh`` output."""

@@ -338,3 +338,38 @@ def test_gemma2_attends_eagerly_under_auto_for_its_soft_cap(stack: str) -> None:
     gemma3 = {**BASE, "model": "gemma-3-1b", "seq_len": 2048, "micro_batch": 1, "stack": stack}
     assert transformer_profile(parse_job(gemma3), cat).memory.activations < transformer_profile(
         parse_job({**gemma3, "flash_attention": "false"}), cat).memory.activations
+
+
+@pytest.mark.parametrize("stack", ["plain", "hf-trainer", "accelerate"])
+def test_gpt_oss_attends_eagerly_under_auto_for_its_sinks_except_in_torchtitan(stack: str) -> None:
+    """gpt-oss's attention sinks have no SDPA path in transformers (``GptOssPreTrainedModel._supports_sdpa = False``):
+    ``auto`` is its eager attention there; torchtitan's gpt-oss runs its own sink-aware kernel; ``true`` is a fused
+    sink-aware kernel (the kernels hub's flash-attn 3, Transformer Engine)."""
+    cat = get_catalog()
+    oss = {**BASE, "model": "gpt-oss-20b", "seq_len": 2048, "micro_batch": 1, "method": "lora", "stack": stack}
+    auto = transformer_profile(parse_job(oss), cat).memory.activations
+    eager = transformer_profile(parse_job({**oss, "flash_attention": "false"}), cat).memory.activations
+    fused = transformer_profile(parse_job({**oss, "flash_attention": "true"}), cat).memory.activations
+    assert auto == eager > fused
+    titan = {**oss, "stack": "torchtitan", "method": "full"}
+    assert (transformer_profile(parse_job(titan), cat).memory.activations
+            < transformer_profile(parse_job({**titan, "flash_attention": "false"}), cat).memory.activations)
+
+
+def test_gpt_oss_eager_scores_are_fp32_only_over_fp32_weights() -> None:
+    """Its softmax runs in the logits' dtype (tests/estimate/test_activations.py measures both): fp32 for a mixed
+    full fine-tune (autocast over fp32 weights) or an fp32 LoRA base, 16-bit for a 16-bit base or pure bf16; other
+    eager attention keeps autocast's fp32 softmax under any mixed precision."""
+    from trainplan.catalog import resolve_model
+    from trainplan.estimate.transformer import _fp32_scores
+
+    cat = get_catalog()
+    oss, llama = resolve_model("gpt-oss-20b"), resolve_model("llama-2-7b")
+
+    def fp32(arch, **extra) -> bool:  # noqa: ANN001
+        job = _job(**extra)
+        return _fp32_scores(job, arch, effective_knobs(job, cat))
+
+    assert fp32(oss) and not fp32(oss, method="lora") and not fp32(oss, precision="bf16-pure")
+    assert fp32(oss, method="lora", knobs={"frozen_weights_fp32": True})
+    assert fp32(llama) and fp32(llama, method="lora") and not fp32(llama, precision="bf16-pure")

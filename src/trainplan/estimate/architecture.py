@@ -10,6 +10,7 @@ checked against the published counts of every preset in the tests.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from trainplan.model import ModelArch
@@ -296,7 +297,12 @@ def muon_matrices(a: ModelArch) -> list[tuple[int, int, int]]:
 
 def muon_params(a: ModelArch) -> int:
     """Parameters Muon steps (:func:`muon_matrices`); AdamW steps the rest."""
-    return sum(n * i * o for n, i, o in muon_matrices(a))
+    return matrix_params(muon_matrices(a))
+
+
+def matrix_params(matrices: Iterable[tuple[int, int, int]]) -> int:
+    """Parameters in ``matrices`` ((how many, in, out))."""
+    return sum(n * i * o for n, i, o in matrices)
 
 
 def newton_schulz_flops(matrices: list[tuple[int, int, int]], steps: int = 5) -> float:

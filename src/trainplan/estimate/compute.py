@@ -115,7 +115,8 @@ def memory_bound_bytes_per_token(arch: ModelArch, precision: Precision, *, seq_l
     separate kernels (transformers' ``eager_attention_forward``): the QKᵀ output (a), the scaling (2a), the causal
     mask (2a), softmax (2a; under autocast in fp32, torch.amp's float32 list: a + 4, then the cast back, 4 + a) and
     the read by the PV matmul (a): 8a, or 8a + 8 under autocast; with dropout its output and mask add 2a + 1;
-    Gemma 2's soft-cap (divide, ``tanh``, multiply) 6a.
+    Gemma 2's soft-cap (divide, ``tanh``, multiply) 6a; gpt-oss's sinks (transformers' ``modeling_gpt_oss``: the
+    concatenation of the sink column, read + write; the row maximum, a read; its subtraction, read + write) 5a.
     """
     a = precision.compute_bytes
     r = 4 if precision.mixed else a
@@ -133,6 +134,8 @@ def memory_bound_bytes_per_token(arch: ModelArch, precision: Precision, *, seq_l
         per_score = 8 * a + (8 if precision.mixed else 0) + (2 * a + 1 if arch.dropout > 0 else 0)
         if arch.attention_softcap is not None:  # cap · tanh(s / cap): three more kernels, each reading and writing
             per_score += 6 * a
+        if arch.attention_sinks:  # cat, max, subtract
+            per_score += 5 * a
         scores = per_score * arch.heads * seq_len
     rotary = 2 * a * (attention_inner_dim(arch) + kv_inner_dim(arch)) if arch.position == "rope" else 0
     return float(arch.block_norms * norm + 2 * residual + activation + rotary + scores)

@@ -324,6 +324,7 @@ def layer_activation_bytes(
     compiled: bool = False,
     autocast_softmax: bool = False,
     softcap: bool = False,
+    sinks: bool = False,
     frozen_norms: bool = False,
     attention_output_copy: bool = False,
     fused_kernels: FusedKernels = FusedKernels.NONE,
@@ -363,6 +364,14 @@ def layer_activation_bytes(
     ``eager_attention_forward`` and LitGPT's ``do_softcapping``) also keeps the ``tanh`` output for its backward
     (``derivatives.yaml``: ``tanh`` saves its result; dividing and multiplying by a scalar save nothing): e more
     bytes per score.
+    ``sinks``: gpt-oss's eager attention with a learned sink logit per head (transformers 5.25
+    ``modeling_gpt_oss.eager_attention_forward``: the sink column concatenated to the scores, the row maximum
+    subtracted, ``softmax(..., dtype=combined_logits.dtype)``, the sink column dropped, ``.to(value_states.dtype)``).
+    Its softmax runs in the logits' own dtype, not an explicit fp32: the 16-bit scores promoted by the additive mask
+    and the sinks, which are in the weights' dtype — fp32 under autocast over fp32 weights (``autocast_softmax``),
+    else 16-bit.  It keeps the softmax output over s + 1 columns, the 16-bit copy the PV matmul keeps only when that
+    output is fp32 (``.to`` of a 16-bit tensor returns the same storage), and the ``int64`` indices of the row
+    maximum (``max.dim`` saves them for backward): 8 bytes a head.
     ``frozen_norms``: the norms' weights do not train (LoRA), see :func:`norm_saved_bytes_per_token`.
     ``fused_kernels``: Triton kernels in place of the eager norms and SwiGLU.  Liger Kernel's RMSNorm
     (``LigerRMSNormFunction``: ``ctx.save_for_backward(X, W, RSTD)``) and Unsloth's (``Fast_RMS_Layernorm``: X and
@@ -402,6 +411,8 @@ def layer_activation_bytes(
             attn_linear += e * q_dim
     else:
         core = (4.0 + e if fp32_softmax else e) * heads * seq_len
+        if sinks:  # the softmax covers the sink column too; the max's indices
+            core += (4.0 if fp32_softmax else e) * heads + 8.0 * heads
         if softcap:  # the tanh output of the soft-cap
             core += e * heads * seq_len
         if dropout:  # the mask, and the dropout output (under autocast its 16-bit cast replaces the one above)

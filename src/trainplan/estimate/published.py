@@ -75,11 +75,18 @@ _MONTH_YEAR = re.compile(r"\b(jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a
 _HUGGING_FACE = re.compile(r"\b(transformers|HF|Hugging Face)\b", re.IGNORECASE)
 
 
+# a framework line naming the flash-attention kernel the run chose (transformers' attn_implementation
+# "flash_attention_2", the kernels hub's "kernels-community/vllm-flash-attn3", Axolotl's "flash_attention: true")
+_FLASH_KERNEL = re.compile(r"vllm-flash-attn3|flash_attention_2|flash_attention:? true", re.IGNORECASE)
+
+
 def record_flash_attention(rec: dict[str, Any]) -> bool | None:
-    """The record's attention: as it states; else eager when it names a transformers release before SDPA (or, naming
+    """The record's attention: as it states; else the flash-attention kernel its framework line names; else eager when it names a transformers release before SDPA (or, naming
     none, a Hugging Face framework dated before that release); else None (the job's default, SDPA)."""
     if rec.get("flash_attention") is not None:
         return bool(rec["flash_attention"])
+    if _FLASH_KERNEL.search(str(rec.get("framework", ""))):
+        return True
     text = f"{rec.get('framework', '')} {rec.get('notes', '')}"
     versions = [(int(a), int(b)) for a, b in _TRANSFORMERS_VERSION.findall(text)]
     if versions:

@@ -55,10 +55,16 @@ class TransformerModel:
     trainable_matmul: float
     state_elems_per_param: float  # Adafactor's and Muon's shape-dependent state (Params.shaped_state_elems), else 0
     optimizer_flops: float = 0.0  # Muon's Newton-Schulz FLOPs per optimizer step (Params.optimizer_flops)
+    muon_matrices: tuple[tuple[int, int, int], ...] = ()  # (count, rows, columns) Muon steps (arch_mod.muon_matrices)
 
     @property
     def total(self) -> int:
         return self.counts.total
+
+    @property
+    def muon_params(self) -> int:
+        """Parameters Muon steps; AdamW steps the rest."""
+        return arch_mod.matrix_params(self.muon_matrices)
 
 
 def resolve_transformer(job: TransformerJob, catalog: Catalog | None = None) -> TransformerModel:
@@ -88,7 +94,7 @@ def resolve_transformer(job: TransformerJob, catalog: Catalog | None = None) -> 
                         f"llm-foundry) and torchtune's; {job.stack.value}'s own LoRA layers with dropout have not been "
                         "measured (LitGPT's fused QKV adapter drops its input once for q, k and v)",
                         field="lora.dropout")  # fmt: skip
-    fp32_base = (job.precision.mixed and k.frozen_weights_fp32) or (job.method is Method.QLORA and k.qlora_fp32_params)
+    fp32_base = _fp32_base(job, k)
     e16 = 4 if job.precision is Precision.FP32 or fp32_base else 2
     fp32_bytes = 0.0
     if lora is None:
@@ -109,7 +115,7 @@ def resolve_transformer(job: TransformerJob, catalog: Catalog | None = None) -> 
             frozen_bytes = counts.total * e16
             fp32_bytes = counts.total * 4.0 if fp32_base else 0.0
         trainable_matmul = 0.0
-    state_elems, optimizer_flops = 0.0, 0.0
+    state_elems, optimizer_flops, muon_matrices = 0.0, 0.0, ()
     if job.optimizer is Optimizer.ADAFACTOR:
         state_elems = (arch_mod.factored_dims(arch) + counts.block_other) / max(1, counts.total)
     elif job.optimizer is Optimizer.MUON:
@@ -118,11 +124,29 @@ def resolve_transformer(job: TransformerJob, catalog: Catalog | None = None) -> 
                             f"{job.method.value} adapters use adamw, or a kind: torch job, whose trace builds the "
                             "optimizer", field="optimizer")  # fmt: skip
         # one momentum buffer on Muon's matrices, AdamW's two moments on everything else
-        muon = arch_mod.muon_params(arch)
+        muon_matrices = tuple(arch_mod.muon_matrices(arch))
+        muon = arch_mod.matrix_params(muon_matrices)
         state_elems = (muon + 2.0 * (counts.total - muon)) / max(1, counts.total)
-        optimizer_flops = arch_mod.newton_schulz_flops(arch_mod.muon_matrices(arch))
+        optimizer_flops = arch_mod.newton_schulz_flops(list(muon_matrices))
     return TransformerModel(arch, counts, trainable, frozen_bytes, fp32_bytes, adapters, trainable_matmul, state_elems,
-                            optimizer_flops)  # fmt: skip
+                            optimizer_flops, muon_matrices)  # fmt: skip
+
+
+def _fp32_base(job: TransformerJob, k: Knobs) -> bool:
+    """Whether a LoRA / QLoRA job's frozen base weights stay fp32 (knobs.frozen_weights_fp32, knobs.qlora_fp32_params)."""
+    return (job.precision.mixed and k.frozen_weights_fp32) or (job.method is Method.QLORA and k.qlora_fp32_params)
+
+
+def _fp32_scores(job: TransformerJob, arch: ModelArch, k: Knobs) -> bool:
+    """Whether eager attention keeps its softmax in fp32: autocast puts softmax on its float32 list (and transformers'
+    ``eager_attention_forward`` up-casts it explicitly).  gpt-oss's sink attention runs softmax in the logits' own
+    dtype, which the additive mask and the sinks promote to the weights' dtype: fp32 only when the weights are fp32 in
+    the forward — under mixed precision a full fine-tune's (autocast over fp32 weights, as the step time also
+    assumes; FSDP2's bf16 ``param_dtype`` and DeepSpeed's bf16 module run 16-bit weights, so for them this counts 4
+    bytes a score more than they keep) and a LoRA job's fp32 base."""
+    if arch.attention_sinks:
+        return job.precision.mixed and (job.lora_spec is None or _fp32_base(job, k))
+    return job.precision.mixed
 
 
 def _flash(job: TransformerJob, arch: ModelArch) -> bool:
@@ -136,13 +160,29 @@ def _flash(job: TransformerJob, arch: ModelArch) -> bool:
     does not support softcapping`` (v5.25.0), and LitGPT's ``CausalSelfAttention.scaled_dot_product_attention``
     computes the scores eagerly when ``attention_logit_softcapping`` is set ("with softcapping we cannot use SDPA");
     ``flash_attention: true`` is the flash-attn package (``attn_implementation="flash_attention_2"``), which applies
-    the cap inside its kernel.
+    the cap inside its kernel.  gpt-oss's attention sinks neither: ``GptOssPreTrainedModel._supports_sdpa = False``
+    (v5.25.0), so a Hugging Face gpt-oss attends eagerly unless a sink-aware kernel is chosen (the flash-attn 3 hub
+    kernel ``kernels-community/vllm-flash-attn3``, flex attention: ``flash_attention: true``); torchtitan's gpt-oss
+    runs its own sink-aware flex / varlen attention.
     """
     if job.flash_attention is FlashAttention.AUTO and arch.position == "alibi" and job.stack is not Stack.LLM_FOUNDRY:
         return False
     if job.flash_attention is FlashAttention.AUTO and arch.attention_softcap is not None:
         return False
+    if job.flash_attention is FlashAttention.AUTO and arch.attention_sinks and job.stack is not Stack.TORCHTITAN:
+        return False
     return job.flash_attention is not FlashAttention.FALSE
+
+
+def hf_attention(job: TransformerJob, arch: ModelArch) -> str:
+    """The ``attn_implementation`` a Hugging Face model attends with, as the estimate prices it (``_flash``): eager
+    where the estimate keeps the s × s scores; the flash-attn package for a sink or soft-capped attention asked to be
+    fused (transformers has no SDPA path for them); PyTorch SDPA otherwise."""
+    if not _flash(job, arch):
+        return "eager"
+    if arch.attention_sinks or arch.attention_softcap is not None or arch.position == "alibi":
+        return "flash_attention_2"
+    return "sdpa"
 
 
 def _attention_output_copy(job: TransformerJob, arch: ModelArch, k: Knobs) -> bool:
@@ -196,8 +236,9 @@ def layer_split(job: TransformerJob, arch: ModelArch, k: Knobs, ffn_hidden: int)
         compiled=k.compile,
         dropout=arch.dropout > 0,
         frozen_norms=job.lora_spec is not None,
-        autocast_softmax=job.precision.mixed,
+        autocast_softmax=_fp32_scores(job, arch, k),
         softcap=arch.attention_softcap is not None,
+        sinks=arch.attention_sinks,
         attention_output_copy=_attention_output_copy(job, arch, k),
         fused_kernels=k.fused_kernels,
         gelu_python=arch.gelu_python,
@@ -737,8 +778,7 @@ def transformer_profile(job: TransformerJob, catalog: Catalog | None = None, *, 
     foreach_optimizer = not (knobs.fused_optimizer or knobs.optimizer_in_backward)
     foreach = optimizer_foreach_temporary_bytes(m.trainable, job.optimizer, job.precision) if foreach_optimizer else 0.0
     if job.optimizer is Optimizer.MUON:
-        muon = arch_mod.muon_params(arch)
-        foreach = muon_temporary_bytes(arch_mod.muon_matrices(arch), m.trainable - muon, job.precision,
+        foreach = muon_temporary_bytes(list(m.muon_matrices), m.trainable - m.muon_params, job.precision,
                                        foreach=foreach_optimizer)  # fmt: skip
     return StepProfile(
         source=ProfileSource.ANALYTIC,

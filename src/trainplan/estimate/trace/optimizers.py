@@ -169,6 +169,13 @@ def muon_split(model: torch.nn.Module, params: list[torch.nn.Parameter]) -> tupl
     return muon, [p for p in params if id(p) not in chosen]
 
 
+def muon_missing() -> str | None:
+    """Why this environment cannot build Muon (``torch.optim.Muon`` arrived in PyTorch 2.9), or None."""
+    if hasattr(torch.optim, "Muon"):
+        return None
+    return f"muon needs torch.optim.Muon (PyTorch >= 2.9); this environment has torch {torch.__version__}"
+
+
 def make_optimizer(params: Any, name: Optimizer, *, foreach: bool | None = None, lr: float = 1e-4,
                    model: torch.nn.Module | None = None) -> TorchOptimizer:  # fmt: skip
     """The real optimizer for ``name`` over ``params`` (trainable parameters).
@@ -181,8 +188,8 @@ def make_optimizer(params: Any, name: Optimizer, *, foreach: bool | None = None,
     if not params:
         raise ValueError("the model has no trainable parameters")
     if name is Optimizer.MUON:
-        if not hasattr(torch.optim, "Muon"):
-            raise ValueError(f"muon needs torch.optim.Muon (PyTorch >= 2.9); this environment has torch {torch.__version__}")
+        if (missing := muon_missing()) is not None:
+            raise ValueError(missing)
         if model is None:
             raise ValueError("muon needs the model to split its parameters")
         hidden, rest = muon_split(model, params)

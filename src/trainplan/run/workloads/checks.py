@@ -33,11 +33,10 @@ def check_optimizer(kind: Optimizer) -> None:
 
 def check_muon_available() -> None:
     """torch.optim.Muon arrived in PyTorch 2.9; trainplan's torch extra accepts older releases."""
-    import torch
+    from trainplan.estimate.trace.optimizers import muon_missing
 
-    if not hasattr(torch.optim, "Muon"):
-        raise SpecError(f"muon needs torch.optim.Muon (PyTorch >= 2.9); this environment has torch {torch.__version__}",
-                        field="optimizer")  # fmt: skip
+    if (missing := muon_missing()) is not None:
+        raise SpecError(missing, field="optimizer")
 
 
 def resolve_arch(job: TransformerJob) -> ModelArch:
@@ -53,6 +52,13 @@ def check_random_init_split(checkpoint: object, flag: str | None) -> None:
     if checkpoint is not None and flag is not None:
         raise SpecError(f"{flag} trains the job's architecture from random weights so far; a pretrained checkpoint "
                         f"trains data parallel (fsdp, zero*)", field=flag)  # fmt: skip
+
+
+def attention(job: TransformerJob, arch: ModelArch) -> str:
+    """The Hugging Face ``attn_implementation`` the run builds its model with: the one the estimate prices."""
+    from trainplan.estimate.transformer import hf_attention
+
+    return hf_attention(job, arch)
 
 
 def check_supported(job: TransformerJob, arch: ModelArch) -> None:
@@ -74,6 +80,10 @@ def check_supported(job: TransformerJob, arch: ModelArch) -> None:
         if checkpoint_dir(job.model) is None:
             raise SpecError("qlora quantises a pretrained checkpoint's weights to 4 bit: give model: ./checkpoint "
                             "(a save_pretrained folder), or method: lora for the job's random-weight model", field="method")  # fmt: skip
+    if attention(job, arch) == "flash_attention_2" and importlib.util.find_spec("flash_attn") is None:
+        raise SpecError("true asks for a fused kernel, and transformers has no PyTorch SDPA path for this model's "
+                        "attention sinks / soft-capping / ALiBi: install flash-attn (a CUDA GPU), or use "
+                        "flash_attention: auto (eager attention, as estimated)", field="flash_attention")  # fmt: skip
     if job.precision is Precision.FP8:
         raise SpecError("trainplan run trains in bf16, fp16 or fp32; fp8 is planned, not run here — launch it with "
                         "torchtitan (--float8) or Transformer Engine, or run with precision: bf16", field="precision")  # fmt: skip

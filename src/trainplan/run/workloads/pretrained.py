@@ -111,8 +111,10 @@ def quantization_config(compute_dtype: torch.dtype) -> Any:
                               bnb_4bit_compute_dtype=compute_dtype)
 
 
-def load_full(path: Path, dtype: torch.dtype, *, quantize_on: torch.device | None = None) -> torch.nn.Module:
-    """The whole model from its safetensors, on the CPU; missing or unexpected tensors fail loudly.
+def load_full(path: Path, dtype: torch.dtype, *, quantize_on: torch.device | None = None,
+              attention: str = "sdpa") -> torch.nn.Module:
+    """The whole model from its safetensors, on the CPU; missing or unexpected tensors fail loudly.  ``attention``:
+    its ``attn_implementation`` (checks.attention).
 
     ``quantize_on``: QLoRA — the linear weights are stored in 4 bit on that device (bitsandbytes quantizes
     as it places them) and computed in ``dtype``, which the other parameters keep."""
@@ -122,7 +124,7 @@ def load_full(path: Path, dtype: torch.dtype, *, quantize_on: torch.device | Non
     if quantize_on is not None:
         quantized = dict(quantization_config=quantization_config(dtype), device_map={"": str(quantize_on)})
     model, info = AutoModelForCausalLM.from_pretrained(
-        str(path), dtype=dtype, attn_implementation="sdpa", output_loading_info=True, **quantized
+        str(path), dtype=dtype, attn_implementation=attention, output_loading_info=True, **quantized
     )
     missing = info.get("missing_keys") or []
     unexpected = info.get("unexpected_keys") or []
@@ -134,7 +136,8 @@ def load_full(path: Path, dtype: torch.dtype, *, quantize_on: torch.device | Non
     return model
 
 
-def load_partitioned(path: Path, dtype: torch.dtype, ds_config: dict[str, Any]) -> torch.nn.Module:
+def load_partitioned(path: Path, dtype: torch.dtype, ds_config: dict[str, Any], *,
+                     attention: str = "sdpa") -> torch.nn.Module:
     """ZeRO-3 on several processes: ``from_pretrained`` under ``deepspeed.zero.Init`` — each parameter is
     partitioned over the ranks as it is created and filled from the checkpoint one module at a time
     (transformers' DeepSpeed integration, enabled by a live ``HfDeepSpeedConfig``), so no rank holds the
@@ -143,7 +146,7 @@ def load_partitioned(path: Path, dtype: torch.dtype, ds_config: dict[str, Any]) 
 
     keep = HfDeepSpeedConfig(dict(ds_config))  # transformers reads it through a weak reference while loading
     try:
-        return load_full(path, dtype)
+        return load_full(path, dtype, attention=attention)
     finally:
         del keep
 
@@ -160,14 +163,14 @@ def cast_unquantized_to_fp32(model: torch.nn.Module) -> int:
     return cast
 
 
-def build_on_meta(path: Path, dtype: torch.dtype) -> torch.nn.Module:
+def build_on_meta(path: Path, dtype: torch.dtype, *, attention: str = "sdpa") -> torch.nn.Module:
     """The model's structure without storage: parameters on the meta device, buffers (rotary tables) real."""
     from accelerate import init_empty_weights
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.from_pretrained(str(path))
     with init_empty_weights(include_buffers=False):
-        return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa")
+        return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attention)
 
 
 def _file_key(name: str) -> str:

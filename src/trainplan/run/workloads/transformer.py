@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from trainplan.errors import SpecError
-from trainplan.run.workloads.checks import check_random_init_split, check_supported, resolve_arch
+from trainplan.run.workloads.checks import attention, check_random_init_split, check_supported, resolve_arch
 from trainplan.run.workloads.common import NeuralWorkload, batch_generator, parameter_count
 from trainplan.model import ModelArch
 from trainplan.run.config import RunConfig
@@ -73,7 +73,7 @@ def build_model(job: TransformerJob, arch: ModelArch) -> torch.nn.Module:
 
     config = hf_config(arch, job.seq_len)
     torch.manual_seed(job.seed)
-    model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=attention(job, arch))
     return finish_model(model, job, arch)
 
 
@@ -135,28 +135,29 @@ def pretrained_workload(job: TransformerJob, checkpoint: Path, config: RunConfig
     arch = resolve_arch(job)
     check_supported(job, arch)
     dtype = load_dtype(job, config)
+    attn = attention(job, arch)
     torch.manual_seed(job.seed)  # LoRA adapters are drawn from the global generator: the same on every rank and run
     out = Path(config.out_dir)
     files = pretrained._weight_files(checkpoint)
     materialize = None
     note = "whole on every rank (from_pretrained)"
     if config.strategy.engine is Engine.FSDP and config.world_size > 1:
-        model = finish_model(pretrained.build_on_meta(checkpoint, dtype), job, arch)
+        model = finish_model(pretrained.build_on_meta(checkpoint, dtype, attention=attn), job, arch)
         if pretrained.sharded_loading_possible(model, files):
             def materialize(m: torch.nn.Module, device: torch.device) -> None:
                 pretrained.materialize_sharded(m, files, device, job.seed)
 
             note = "sharded: built on meta, each rank read its rows of each tensor"
         else:  # names differ from the checkpoint's (a converted layout): load it whole on every rank
-            model = finish_model(pretrained.load_full(checkpoint, dtype), job, arch)
+            model = finish_model(pretrained.load_full(checkpoint, dtype, attention=attn), job, arch)
     elif config.strategy.engine is Engine.DEEPSPEED and config.strategy.shards_parameters and config.deepspeed:
-        model = finish_model(pretrained.load_partitioned(checkpoint, dtype, config.deepspeed), job, arch)
+        model = finish_model(pretrained.load_partitioned(checkpoint, dtype, config.deepspeed, attention=attn), job, arch)
         note = "partitioned as created (deepspeed.zero.Init)"
     elif job.method is Method.QLORA:  # single or DDP (checks.QLORA_STRATEGIES): the 4-bit base whole on each rank
         from trainplan.run.runtime.process import ProcessInfo, choose_device
 
         device = choose_device(config.accelerator, ProcessInfo.from_env().local_rank)
-        base = pretrained.load_full(checkpoint, dtype, quantize_on=device)
+        base = pretrained.load_full(checkpoint, dtype, quantize_on=device, attention=attn)
         from trainplan.catalog import get_catalog
         from trainplan.estimate.stack import effective_knobs
 
@@ -171,7 +172,7 @@ def pretrained_workload(job: TransformerJob, checkpoint: Path, config: RunConfig
                 module.support_avx512bf16_for_cpu = False
         note = f"whole on every rank, linear weights quantized to 4-bit NF4 on {device.type} (bitsandbytes)"
     else:
-        model = finish_model(pretrained.load_full(checkpoint, dtype), job, arch)
+        model = finish_model(pretrained.load_full(checkpoint, dtype, attention=attn), job, arch)
     model.train()  # from_pretrained returns a model in eval mode: dropout trains as the Trainer trains it
     train, evaluation = textdata.read_cache(out)
     sampler = textdata.RowSampler(train, seed=job.seed, world_size=config.world_size,
