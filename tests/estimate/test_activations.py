@@ -250,6 +250,28 @@ def test_a_python_gelu_under_cuda_autocast_keeps_fp32_copies() -> None:
     assert extra == tokens * ffn * (12 + 2 * 2 - 2 * 2)  # against the fused GELU's input and output
 
 
+@pytest.mark.parametrize(("family", "upcast"), [("llama", True), ("gpt2", False)])
+def test_pure_bf16_eager_attention_keeps_what_the_family_code_casts(family: str, upcast: bool) -> None:
+    """Without autocast, transformers' Llama-family ``eager_attention_forward`` still up-casts its softmax
+    (``dtype=torch.float32``, then ``.to(query.dtype)``): the fp32 output and the 16-bit copy, 6 bytes a score in
+    bf16; GPT-2's keeps the input's dtype, 2.  The estimate's ``autocast_softmax`` (transformer._fp32_scores) counts
+    each."""
+    from types import SimpleNamespace
+
+    mod = pytest.importorskip(f"transformers.models.{family}.modeling_{family}")
+    b, heads, s, d = 1, 2, 32, 16
+    q, k, v = (torch.randn(b, heads, s, d, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    module = SimpleNamespace(num_key_value_groups=1, training=True)
+    mask = torch.full((s, s), float("-inf"), dtype=torch.bfloat16).triu(1)[None, None]
+    saved = _saved_bytes(lambda q, k, v: mod.eager_attention_forward(module, q, k, v, mask, scaling=d**-0.5)[0],
+                         q, k, v, exclude=(q, k, v, mask))  # fmt: skip
+    kw = dict(seq_len=s, micro_batch=b, hidden=heads * d, heads=heads, q_dim=heads * d, kv_dim=heads * d,
+              ffn_hidden=4 * heads * d, mlp="gelu", norm="layernorm", precision=Precision.BF16_PURE)  # fmt: skip
+    core = (layer_activation_bytes(**kw, flash_attention=False, autocast_softmax=upcast)
+            - layer_activation_bytes(**kw, flash_attention=True) + b * s * 4 * heads)
+    assert saved == core == b * heads * s * s * (6 if upcast else 2)
+
+
 @pytest.mark.parametrize("fp32_weights", [False, True])
 def test_gpt_oss_sink_attention_keeps_its_softmax_in_the_logits_dtype(fp32_weights: bool) -> None:
     """transformers' own gpt-oss ``eager_attention_forward`` (``_supports_sdpa = False``): the softmax over the scores

@@ -125,8 +125,9 @@ def test_block_activations_follow_korthikanti_table_2(tp: int) -> None:
     ):
         if sp and tp == 1:
             continue
-        # bf16-pure: no autocast, so the softmax keeps 16 bits as Megatron's fused softmax does
-        _, split = gpt_split(activation_checkpointing=ckpt, precision="bf16-pure")
+        # bf16-pure under llm-foundry's torch attention (no autocast, no explicit up-cast): the softmax keeps 16 bits,
+        # as Megatron's fused softmax does (transformers' and LitGPT's eager attention up-cast it: _fp32_scores)
+        _, split = gpt_split(activation_checkpointing=ckpt, precision="bf16-pure", stack="llm-foundry")
         got = block_activation_bytes(split, Layout(8, 1, tp=tp, sequence_parallel=sp), moe=False)
         # trainplan also counts each LayerNorm's fp32 mean and rstd (8 bytes per token, twice per block)
         assert got == pytest.approx(expected, rel=2e-4), (ckpt, sp)

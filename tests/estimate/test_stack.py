@@ -372,4 +372,21 @@ def test_gpt_oss_eager_scores_are_fp32_only_over_fp32_weights() -> None:
 
     assert fp32(oss) and not fp32(oss, method="lora") and not fp32(oss, precision="bf16-pure")
     assert fp32(oss, method="lora", knobs={"frozen_weights_fp32": True})
-    assert fp32(llama) and fp32(llama, method="lora") and not fp32(llama, precision="bf16-pure")
+    assert fp32(llama) and fp32(llama, method="lora")
+
+
+@pytest.mark.parametrize(("model", "stack", "upcast"), [
+    ("llama-2-7b", "hf-trainer", True), ("gemma-2-9b", "litgpt", True), ("bloomz-7b1", "plain", True),
+    ("gpt2", "hf-trainer", False), ("llama-2-7b", "torchtune", False), ("llama-2-7b", "llm-foundry", False),
+    ("bert-base", "hf-trainer", False),
+])  # fmt: skip
+def test_pure_bf16_eager_scores_are_fp32_where_the_model_code_upcasts(model: str, stack: str, upcast: bool) -> None:
+    """transformers' eager attention (every decoder family but GPT-2's) and LitGPT's up-cast the softmax whatever
+    the precision (tests/estimate/test_activations.py measures Llama's and GPT-2's); under autocast every one is fp32."""
+    from trainplan.catalog import resolve_model
+    from trainplan.estimate.transformer import _fp32_scores
+
+    cat = get_catalog()
+    for precision, expected in (("bf16-pure", upcast), ("bf16", True)):
+        job = _job(model=model, stack=stack, precision=precision, flash_attention="false")
+        assert _fp32_scores(job, resolve_model(model), effective_knobs(job, cat)) is expected

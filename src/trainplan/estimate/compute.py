@@ -96,7 +96,7 @@ FUSED_ATTENTION_BACKWARD_RATIO = 2.5
 
 
 def memory_bound_bytes_per_token(arch: ModelArch, precision: Precision, *, seq_len: int = 0,
-                                  eager_attention: bool = False) -> float:  # fmt: skip
+                                  eager_attention: bool = False, fp32_softmax: bool | None = None) -> float:  # fmt: skip
     """HBM bytes one block's memory-bound ops move per token in forward (one kernel per op: a lower bound).
 
     Under AMP the weights are fp32, so the embeddings and the residual stream are fp32 (an add of a 16-bit
@@ -114,7 +114,8 @@ def memory_bound_bytes_per_token(arch: ModelArch, precision: Precision, *, seq_l
     Eager attention (no fused kernel, ``eager_attention``) writes and reads the s × s scores of every head through
     separate kernels (transformers' ``eager_attention_forward``): the QKᵀ output (a), the scaling (2a), the causal
     mask (2a), softmax (2a; under autocast in fp32, torch.amp's float32 list: a + 4, then the cast back, 4 + a) and
-    the read by the PV matmul (a): 8a, or 8a + 8 under autocast; with dropout its output and mask add 2a + 1;
+    the read by the PV matmul (a): 8a, or 8a + 8 under autocast (``fp32_softmax``, default: mixed precision; also
+    where the model's code up-casts it, transformer._fp32_scores); with dropout its output and mask add 2a + 1;
     Gemma 2's soft-cap (divide, ``tanh``, multiply) 6a; gpt-oss's sinks (transformers' ``modeling_gpt_oss``: the
     concatenation of the sink column, read + write; the row maximum, a read; its subtraction, read + write) 5a.
     """
@@ -131,7 +132,8 @@ def memory_bound_bytes_per_token(arch: ModelArch, precision: Precision, *, seq_l
         activation = (68 + 5 * a if precision.mixed else 18 * a) * f
     scores = 0.0
     if eager_attention and seq_len:
-        per_score = 8 * a + (8 if precision.mixed else 0) + (2 * a + 1 if arch.dropout > 0 else 0)
+        fp32 = precision.mixed if fp32_softmax is None else fp32_softmax
+        per_score = 8 * a + (8 if fp32 and a == 2 else 0) + (2 * a + 1 if arch.dropout > 0 else 0)
         if arch.attention_softcap is not None:  # cap · tanh(s / cap): three more kernels, each reading and writing
             per_score += 6 * a
         if arch.attention_sinks:  # cat, max, subtract

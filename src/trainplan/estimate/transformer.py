@@ -137,16 +137,30 @@ def _fp32_base(job: TransformerJob, k: Knobs) -> bool:
     return (job.precision.mixed and k.frozen_weights_fp32) or (job.method is Method.QLORA and k.qlora_fp32_params)
 
 
+# Eager attention code that up-casts its softmax to fp32 whatever the precision, keeping the fp32 output and the 16-bit
+# copy the value matmul reads: transformers' eager attention in every decoder family trainplan reads but GPT-2's (v5.25:
+# ``softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)``; BLOOM's ``F.softmax(..., dtype=torch.float32)``,
+# MPT's ``softmax(attention_scores.float())``), which these stacks train, and LitGPT's (``litgpt/model.py``:
+# ``F.softmax(scores, dim=-1, dtype=torch.float).to(dtype=q.dtype)``).  GPT-2's ``softmax(attn_weights, dim=-1)`` keeps
+# the input's dtype; llm-foundry's torch attention likewise; torchtune and torchtitan attend through SDPA.
+_UPCASTING_STACKS = frozenset({Stack.PLAIN, Stack.HF_TRAINER, Stack.ACCELERATE, Stack.DEEPSPEED, Stack.LIGHTNING,
+                               Stack.LITGPT})  # fmt: skip
+
+
 def _fp32_scores(job: TransformerJob, arch: ModelArch, k: Knobs) -> bool:
-    """Whether eager attention keeps its softmax in fp32: autocast puts softmax on its float32 list (and transformers'
-    ``eager_attention_forward`` up-casts it explicitly).  gpt-oss's sink attention runs softmax in the logits' own
-    dtype, which the additive mask and the sinks promote to the weights' dtype: fp32 only when the weights are fp32 in
-    the forward — under mixed precision a full fine-tune's (autocast over fp32 weights, as the step time also
-    assumes; FSDP2's bf16 ``param_dtype`` and DeepSpeed's bf16 module run 16-bit weights, so for them this counts 4
-    bytes a score more than they keep) and a LoRA job's fp32 base."""
+    """Whether eager attention keeps its softmax in fp32 (and the 16-bit copy the value matmul reads): under autocast,
+    whose float32 list holds softmax, and in a pure 16-bit run where the model's code up-casts it
+    (``_UPCASTING_STACKS``; not GPT-2's, whose learned positions and Python GELU identify it).  gpt-oss's sink
+    attention runs softmax in the logits' own dtype, which the additive mask and the sinks promote to the weights'
+    dtype: fp32 only when the weights are fp32 in the forward — under mixed precision a full fine-tune's (autocast
+    over fp32 weights, as the step time also assumes; FSDP2's bf16 ``param_dtype`` and DeepSpeed's bf16 module run
+    16-bit weights, so for them this counts 4 bytes a score more than they keep) and a LoRA job's fp32 base."""
     if arch.attention_sinks:
         return job.precision.mixed and (job.lora_spec is None or _fp32_base(job, k))
-    return job.precision.mixed
+    if job.precision.mixed:
+        return True
+    gpt2 = arch.position == "learned" and arch.gelu_python
+    return arch.arch == "decoder" and not gpt2 and k.stack in _UPCASTING_STACKS
 
 
 def _flash(job: TransformerJob, arch: ModelArch) -> bool:
@@ -753,7 +767,8 @@ def transformer_profile(job: TransformerJob, catalog: Catalog | None = None, *, 
         lm_head_params=arch.vocab * arch.hidden if arch.has_lm_head else 0,
         causal_fused_attention=_flash(job, arch) and arch.arch == "decoder",
         block_bytes_per_token=memory_bound_bytes_per_token(arch, job.precision, seq_len=job.seq_len,
-                                                           eager_attention=not _flash(job, arch)),  # fmt: skip
+                                                           eager_attention=not _flash(job, arch),
+                                                           fp32_softmax=_fp32_scores(job, arch, knobs)),  # fmt: skip
         fp8_matmul_params=fp8_params,
         fp8_cast_bytes=fp8_casts,
         amp_cast_bytes=(amp_f, amp_b),
