@@ -145,7 +145,7 @@ def test_non_utf8_job_file_is_one_error_line(tmp_path: Path, capsys) -> None:
     ("args", "needles"),
     [
         (["--gpu", "B400"], ("--gpu:", "unknown accelerator 'B400'", "B200")),
-        (["--gpu", "B300"], ("--gpu:", "no instance in the catalog carries B300", "your own catalog")),
+        (["--gpu", "GB300"], ("--gpu:", "no instance in the catalog carries GB300", "your own catalog")),
         (["--gpu", "A100"], ("--gpu:", "ambiguous", "A100-40GB", "A100-80GB")),
         ([], ("give exactly one of --gpu NAME, --instance NAME, --cpus N",)),
         (["--gpu", "H100-80GB", "--cpus", "4"], ("give exactly one of",)),
