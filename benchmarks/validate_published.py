@@ -33,6 +33,7 @@ HELDOUT9 = DATA.with_name("published_heldout9.yaml")  # ninth set: frozen 2026-1
 HELDOUT10 = DATA.with_name("published_heldout10.yaml")  # tenth: frozen 2026-12-05 (session 9) after the LoRA count
 HELDOUT11 = DATA.with_name("published_heldout11.yaml")  # eleventh: frozen 2026-12-06 (session 12)
 HELDOUT12 = DATA.with_name("published_heldout12.yaml")  # twelfth: frozen 2026-12-06 (session 13)
+HELDOUT13 = DATA.with_name("published_heldout13.yaml")  # thirteenth: frozen 2026-12-06 (session 14)
 
 
 def main() -> None:
@@ -105,6 +106,8 @@ def main() -> None:
                "change may be chosen by it)", args.all)
     frozen_set(HELDOUT12, "TWELFTH SET (frozen 2026-12-06, session 13, after the Muon optimizer; held out: no change may be\n"
                "chosen by it; three published out-of-memory runs)", args.all)
+    frozen_set(HELDOUT13, "THIRTEENTH SET (frozen 2026-12-06, session 14, after gpt-oss's eager attention and the pure 16-bit\n"
+               "eager softmax; held out: no change may be chosen by it; ten published out-of-memory runs)", args.all)
 
 
 def frozen_set(path: Path, label: str, show_all: bool) -> None:

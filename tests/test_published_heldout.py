@@ -42,9 +42,11 @@ FROZEN = {
     "published_heldout11.yaml": "55a7d1301c951b20e9a23eca64e90cc95068e52513726d9490e59f4c01413859",
     # the twelfth: collected 2026-12-06 (session 13), with three published out-of-memory runs
     "published_heldout12.yaml": "7f7d9cde244961f545d67cc6f29da381a7ff991f8d1dec97d8c8205ed26a60b2",
+    # the thirteenth: collected 2026-12-06 (session 14), ten published out-of-memory runs
+    "published_heldout13.yaml": "db9ac00c3916b5f7323b58ff7ab7061f2c9a2778bad87e702429cc69f82ca3a0",
 }
 (HELDOUT, HELDOUT2, HELDOUT3, HELDOUT4, HELDOUT5, HELDOUT6, HELDOUT7, HELDOUT8, HELDOUT9, HELDOUT10, HELDOUT11,
- HELDOUT12) = (DATA / name for name in FROZEN)
+ HELDOUT12, HELDOUT13) = (DATA / name for name in FROZEN)
 IN_SAMPLE = ("published_llm.yaml", "published_stacks.yaml")
 
 
@@ -124,6 +126,21 @@ def test_the_later_sets_are_usable_and_new() -> None:
     for document in ("torchtitan/pull/808", "LlamaFactory/issues/3696", "torchtitan/pull/1690", "pith-train/issues/79",
                      "lightning-thunder/pull/1261", "lightning-thunder/issues/1176"):  # its six documents are new
         assert any(document in str(r["source"]) for r in twelfth) and document not in cited11 + in_sample_text
+    thirteenth = yaml.safe_load(HELDOUT13.read_text())
+    cited12 = cited11 + " ".join(str(r.get("source")) for r in twelfth)
+    earlier_ids = {r["id"] for r in (*twelfth, *eleventh, *tenth, *ninth)} | set(ids)
+    assert len({r["id"] for r in thirteenth}) == len(thirteenth) == 19 and not {r["id"] for r in thirteenth} & earlier_ids
+    for rec in thirteenth:  # sourced, a peak or a stated out-of-memory; a row trainplan cannot state says why
+        m = rec["measured"]
+        assert rec["source"] and rec["notes"] and (m.get("fits") is False or any(k.startswith("peak_memory") for k in m))
+        assert (record_to_job(rec) is None) == bool(rec.get("not_modelled")), rec["id"]
+    assert sum(r["measured"].get("fits") is False for r in thirteenth) == 10
+    for document in ("DeepSeed_Zero_Optimizer", "modal-projects/finetuning-workshop", "lsdefine/lsrl", "eks-anywhere",
+                     "Automodel", "lightning-thunder", "dlrover"):  # its seven documents
+        assert any(document in str(r["source"]) for r in thirteenth), document
+    for document in ("DeepSeed_Zero_Optimizer", "finetuning-workshop", "lsdefine/lsrl", "eks-anywhere", "Automodel/issues/1176",
+                     "lightning-thunder/pull/940", "atorch/examples/llama2"):  # new to every earlier set and in-sample record
+        assert document not in cited12 + in_sample_text, document
     for rec in fourth:  # kept whole, the configurations trainplan cannot express included (reported as not modelled)
         assert rec["source"] and rec["notes"] and rec["measured"], rec["id"]
         assert rec["measured"].get("fits") is False or rec["measured"].get("peak_memory_gib"), rec["id"]
