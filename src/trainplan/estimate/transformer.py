@@ -191,7 +191,8 @@ def _flash(job: TransformerJob, arch: ModelArch) -> bool:
 def hf_attention(job: TransformerJob, arch: ModelArch) -> str:
     """The ``attn_implementation`` a Hugging Face model attends with, as the estimate prices it (``_flash``): eager
     where the estimate keeps the s × s scores; the flash-attn package for a sink or soft-capped attention asked to be
-    fused (transformers has no SDPA path for them); PyTorch SDPA otherwise."""
+    fused (transformers has no SDPA path for them — and the flash-attn 2 package drops gpt-oss's sinks, which
+    ``trainplan run`` therefore refuses: run/workloads/checks.py); PyTorch SDPA otherwise."""
     if not _flash(job, arch):
         return "eager"
     if arch.attention_sinks or arch.attention_softcap is not None or arch.position == "alibi":
