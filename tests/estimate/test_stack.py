@@ -390,3 +390,15 @@ def test_pure_bf16_eager_scores_are_fp32_where_the_model_code_upcasts(model: str
     for precision, expected in (("bf16-pure", upcast), ("bf16", True)):
         job = _job(model=model, stack=stack, precision=precision, flash_attention="false")
         assert _fp32_scores(job, resolve_model(model), effective_knobs(job, cat)) is expected
+
+
+def test_an_estimate_says_when_the_model_makes_auto_attention_eager() -> None:
+    cat = get_catalog()
+    oss = {**BASE, "model": "gpt-oss-20b", "seq_len": 2048, "micro_batch": 1, "method": "lora", "stack": "hf-trainer"}
+    notes = transformer_profile(parse_job(oss), cat).notes
+    assert any("attention: eager" in n and "attention sinks" in n for n in notes)
+    gemma = transformer_profile(parse_job({**oss, "model": "gemma-2-9b"}), cat).notes
+    assert any("attention-logit soft-capping" in n for n in gemma)
+    for quiet in ({**oss, "flash_attention": "true"}, {**oss, "flash_attention": "false"}, {**oss, "model": "llama-2-7b"},
+                  {**oss, "stack": "torchtitan", "method": "full"}):
+        assert not any("attention: eager" in n for n in transformer_profile(parse_job(quiet), cat).notes), quiet

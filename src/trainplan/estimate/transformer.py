@@ -188,6 +188,16 @@ def _flash(job: TransformerJob, arch: ModelArch) -> bool:
     return job.flash_attention is not FlashAttention.FALSE
 
 
+def _attention_notes(job: TransformerJob, arch: ModelArch) -> tuple[str, ...]:
+    """Say so where ``flash_attention: auto`` priced eager attention because of the model (``_flash``)."""
+    if job.flash_attention is not FlashAttention.AUTO or _flash(job, arch):
+        return ()
+    why = ("attention sinks" if arch.attention_sinks else "attention-logit soft-capping"
+           if arch.attention_softcap is not None else "ALiBi")  # fmt: skip
+    return (f"attention: eager, its s x s scores kept ({why}: transformers has no SDPA path for it); "
+            "flash_attention: true prices a fused kernel that supports it",)
+
+
 def hf_attention(job: TransformerJob, arch: ModelArch) -> str:
     """The ``attn_implementation`` a Hugging Face model attends with, as the estimate prices it (``_flash``): eager
     where the estimate keeps the s × s scores; the flash-attn package for a sink or soft-capped attention asked to be
@@ -826,7 +836,7 @@ def transformer_profile(job: TransformerJob, catalog: Catalog | None = None, *, 
         items_per_sample=job.seq_len,
         throughput_unit="tokens_per_s",
         mfu_width=arch.hidden,
-        notes=knobs.notes,
+        notes=knobs.notes + _attention_notes(job, arch),
         engines=knobs.engines,
         stack=job.stack.value,
         split=model_split(job, m, knobs),
