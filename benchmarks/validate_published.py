@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from trainplan.estimate.published import compare, memory_errors
+from trainplan.estimate.published import compare, memory_errors, why_not_compared
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "published_llm.yaml"
 STACKS = DATA.with_name("published_stacks.yaml")
@@ -119,7 +119,7 @@ def frozen_set(path: Path, label: str, show_all: bool) -> None:
     for rec in records:
         c = compare(rec)
         if c is None:
-            print(f"  {rec['id']}: not modelled ({rec.get('not_modelled') or 'trainplan refuses its configuration'})")
+            print(f"  {rec['id']}: not modelled ({why_not_compared(rec)})")
             continue
         if c.measured_peak_gib:
             errors.append(c.predicted_peak_gib / c.measured_peak_gib - 1)

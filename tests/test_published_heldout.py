@@ -223,3 +223,16 @@ def test_foreach_temporaries_have_the_optimizer_states_dtype() -> None:
     assert optimizer_foreach_temporary_bytes(1e9, Optimizer.ADAMW, Precision.BF16) == 4e9  # fp32 states beside AMP
     assert optimizer_foreach_temporary_bytes(1e9, Optimizer.ADAMW, Precision.BF16_PURE) == 2e9  # bf16 states
     assert optimizer_foreach_temporary_bytes(1e9, Optimizer.SGD, Precision.BF16_PURE) == 0.0
+
+
+def test_a_record_left_out_says_why() -> None:
+    """The validator names the reason a frozen record is not compared (benchmarks/validate_published.py)."""
+    from trainplan.estimate.published import compare, why_not_compared
+
+    thirteenth = {r["id"]: r for r in yaml.safe_load(HELDOUT13.read_text())}
+    zero1 = thirteenth["lsrl-bench-qwen25-14b-full-ds-zero1-offload-1xa800-s10k-b1-oom"]
+    assert compare(zero1) is None and "ZeRO-1" in why_not_compared(zero1)
+    thunder = thirteenth["thunder-pr940-llama2-7b-full-fsdp2-zero2-eager-8xh100-s4096-b1"]
+    assert compare(thunder) is not None and why_not_compared(thunder) == "compared"
+    unknown = {**thunder, "hardware": {**thunder["hardware"], "accelerator": "TitanRTX-24GB"}}
+    assert compare(unknown) is None and why_not_compared(unknown) == "no catalog row for 'TitanRTX-24GB'"

@@ -180,6 +180,27 @@ def record_to_job(rec: dict[str, Any]) -> TransformerJob | None:
     return job
 
 
+def why_not_compared(rec: dict[str, Any], catalog: Catalog | None = None) -> str:
+    """Why :func:`compare` gives None for ``rec``: its own ``not_modelled``, a job trainplan refuses, a GPU without a
+    catalog row, or the estimate's refusal (its one line)."""
+    cat = catalog or get_catalog()
+    if rec.get("not_modelled"):
+        return str(rec["not_modelled"])
+    job = record_to_job(rec)
+    if job is None:
+        return "trainplan refuses its configuration"
+    hw_rec = rec.get("hardware", {})
+    acc = cat.accelerators.get(hw_rec.get("accelerator", ""))
+    if acc is None:
+        return f"no catalog row for {hw_rec.get('accelerator')!r}"
+    try:
+        hw = hardware_for_gpu(acc, cat, gpus=int(hw_rec.get("gpus_per_node", 1)), nodes=int(hw_rec.get("nodes", 1)))
+        estimate_transformer(job, hw, Strategy(rec["strategy"]), cat)
+    except TrainplanError as exc:
+        return str(exc)
+    return "compared"
+
+
 def compare(rec: dict[str, Any], catalog: Catalog | None = None) -> Comparison | None:
     """Predicted vs measured for one record; None when the record is outside what trainplan models."""
     cat = catalog or get_catalog()
