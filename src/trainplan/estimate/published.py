@@ -20,6 +20,7 @@ from typing import Any, Iterable
 from trainplan.catalog import Catalog, get_catalog
 from trainplan.errors import TrainplanError
 from trainplan.estimate.memory import GIB
+from trainplan.estimate.result import Estimate
 from trainplan.estimate.stack import KNOB_NAMES
 from trainplan.estimate.transformer import estimate_transformer
 from trainplan.estimate.hardware import hardware_for_gpu
@@ -180,10 +181,9 @@ def record_to_job(rec: dict[str, Any]) -> TransformerJob | None:
     return job
 
 
-def why_not_compared(rec: dict[str, Any], catalog: Catalog | None = None) -> str:
-    """Why :func:`compare` gives None for ``rec``: its own ``not_modelled``, a job trainplan refuses, a GPU without a
-    catalog row, or the estimate's refusal (its one line)."""
-    cat = catalog or get_catalog()
+def _estimated(rec: dict[str, Any], cat: Catalog) -> Estimate | str:
+    """The estimate of the run a record describes, or why there is none: its own ``not_modelled``, a job trainplan
+    refuses, a GPU without a catalog row, or the estimate's one-line refusal."""
     if rec.get("not_modelled"):
         return str(rec["not_modelled"])
     job = record_to_job(rec)
@@ -195,27 +195,25 @@ def why_not_compared(rec: dict[str, Any], catalog: Catalog | None = None) -> str
         return f"no catalog row for {hw_rec.get('accelerator')!r}"
     try:
         hw = hardware_for_gpu(acc, cat, gpus=int(hw_rec.get("gpus_per_node", 1)), nodes=int(hw_rec.get("nodes", 1)))
-        estimate_transformer(job, hw, Strategy(rec["strategy"]), cat)
+        return estimate_transformer(job, hw, Strategy(rec["strategy"]), cat)
     except TrainplanError as exc:
         return str(exc)
-    return "compared"
+
+
+def why_not_compared(rec: dict[str, Any], catalog: Catalog | None = None) -> str:
+    """Why :func:`compare` gives None for ``rec`` (``_estimated``), or "compared"."""
+    e = _estimated(rec, catalog or get_catalog())
+    return e if isinstance(e, str) else "compared"
 
 
 def compare(rec: dict[str, Any], catalog: Catalog | None = None) -> Comparison | None:
     """Predicted vs measured for one record; None when the record is outside what trainplan models."""
-    cat = catalog or get_catalog()
-    job = record_to_job(rec)
-    hw_rec = rec.get("hardware", {})
-    acc = cat.accelerators.get(hw_rec.get("accelerator", ""))
-    if job is None or acc is None:
+    e = _estimated(rec, catalog or get_catalog())
+    if isinstance(e, str):
         return None
+    hw_rec = rec.get("hardware", {})
     gpn = int(hw_rec.get("gpus_per_node", 1))
     nodes = int(hw_rec.get("nodes", 1))
-    try:
-        hw = hardware_for_gpu(acc, cat, gpus=gpn, nodes=nodes)
-        e = estimate_transformer(job, hw, Strategy(rec["strategy"]), cat)
-    except TrainplanError:
-        return None
     m = rec.get("measured", {})
     world = gpn * nodes
     tps = m.get("tokens_per_s_per_gpu")

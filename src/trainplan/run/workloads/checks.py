@@ -80,13 +80,14 @@ def check_supported(job: TransformerJob, arch: ModelArch) -> None:
         if checkpoint_dir(job.model) is None:
             raise SpecError("qlora quantises a pretrained checkpoint's weights to 4 bit: give model: ./checkpoint "
                             "(a save_pretrained folder), or method: lora for the job's random-weight model", field="method")  # fmt: skip
-    if attention(job, arch) == "flash_attention_2" and arch.attention_sinks:
+    fused_package = attention(job, arch) == "flash_attention_2"
+    if fused_package and arch.attention_sinks:
         # transformers passes the sinks (s_aux) only to kernels that take them (vllm's flash-attn 3, FA4): the
         # flash-attn 2 package would train gpt-oss without its sinks (modeling_flash_attention_utils, v5.25.0)
         raise SpecError("true asks for a fused kernel, and the flash-attn 2 package that trainplan run loads drops "
                         "gpt-oss's attention sinks: use flash_attention: auto (eager attention, as estimated)",
                         field="flash_attention")  # fmt: skip
-    if attention(job, arch) == "flash_attention_2" and importlib.util.find_spec("flash_attn") is None:
+    if fused_package and importlib.util.find_spec("flash_attn") is None:
         raise SpecError("true asks for a fused kernel, and transformers has no PyTorch SDPA path for this model's "
                         "attention sinks / soft-capping / ALiBi: install flash-attn (a CUDA GPU), or use "
                         "flash_attention: auto (eager attention, as estimated)", field="flash_attention")  # fmt: skip
