@@ -3,7 +3,10 @@ and the largest micro-batch that fits."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,24 +26,45 @@ from trainplan.spec import parse_job
 from trainplan.strategies import Strategy
 
 RECORDS = Path(__file__).resolve().parents[1] / "data" / "published_llm.yaml"
+FIRST_LOOKS = RECORDS.with_name("first_looks.json")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import first_looks  # noqa: E402
 LLAMA7B = {"kind": "transformer", "model": "llama-2-7b", "seq_len": 2048, "micro_batch": 1, "steps": 10}
 
 
 def test_the_analytic_band_is_the_out_of_sample_error_on_published_records() -> None:
-    """The band is not invented: it is the 80th percentile of |error| of the analytic peak over the frozen sets of
-    published runs the formulas were not built from (issue 22), as benchmarks/validate_published.py prints it."""
-    frozen = [r for name in ("published_heldout.yaml", "published_heldout2.yaml")
-              for r in yaml.safe_load(RECORDS.with_name(name).read_text())]  # fmt: skip
-    errors = memory_errors(frozen)
-    assert len(errors.all) >= 30
-    ranked, k = sorted(abs(x) for x in errors.all), int(0.8 * (len(errors.all) - 1))
-    assert ranked[k] <= errors.percentile(80) <= ranked[k + 1]  # between the order statistics around the 80th
-    # the band is the sets' first look (0.25, 2026-12-04); the changes they led to since make today's figure
-    # in-sample, so the band may not be narrower than it, and is not narrowed by it
-    assert get_catalog().assumption("memory_error_band_analytic") >= errors.percentile(80) - 0.005
+    """The band is not invented: it is the 80th / 20th percentile of measured / predicted − 1 of the analytic peak
+    over every frozen set's first look (each set predicted by the code of the commit that froze it;
+    benchmarks/first_looks.py records them in tests/data/first_looks.json)."""
+    looks = json.loads(FIRST_LOOKS.read_text())
+    sets = sorted(p.name for p in RECORDS.parent.glob("published_heldout*.yaml"))
+    assert sorted(s["set"] for s in looks) == sets  # every frozen set has its first look recorded, a new one too
+    for s in looks:  # of the frozen records themselves, not of a later edit
+        assert s["sha256"] == hashlib.sha256((RECORDS.parent / s["set"]).read_bytes()).hexdigest(), s["set"]
+    errors = first_looks.signed_errors(looks)
+    assert len(errors) >= 100
+    above = [-e / (1 + e) for e in errors]  # measured / predicted − 1
+    cat = get_catalog()
+    assert cat.assumption("memory_error_band_analytic") == pytest.approx(first_looks.percentile(above, 80), abs=0.005)
+    assert cat.assumption("memory_error_band_analytic_below") == pytest.approx(-first_looks.percentile(above, 20), abs=0.005)
+    # the percentile is numpy's linear one, between the order statistics around it
+    ranked, k = sorted(above), int(0.8 * (len(above) - 1))
+    assert ranked[k] <= first_looks.percentile(above, 80) <= ranked[k + 1]
     # wider than the in-sample median: the records that shaped the formulas understate the error
     in_sample = memory_errors(yaml.safe_load(RECORDS.read_text()) + yaml.safe_load(RECORDS.with_name("published_stacks.yaml").read_text()))
-    assert in_sample.median < errors.percentile(80)
+    assert in_sample.median < cat.assumption("memory_error_band_analytic")
+
+
+@pytest.mark.skipif(subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=RECORDS.parent,
+                                   capture_output=True, text=True).stdout.strip() != "false",
+                    reason="needs the repository's git history")  # fmt: skip
+def test_a_recorded_first_look_is_what_the_freezing_commit_predicts() -> None:
+    """benchmarks/first_looks.py really runs the old code: the third set (2 peaks) reproduces its recorded look."""
+    recorded = {s["set"]: s for s in json.loads(FIRST_LOOKS.read_text())}
+    look = first_looks.first_look(RECORDS.with_name("published_heldout3.yaml"))
+    assert look["commit"] == recorded["published_heldout3.yaml"]["commit"]
+    assert look["records"] == recorded["published_heldout3.yaml"]["records"]
+    assert first_looks.signed_errors([look])  # it modelled some of them
 
 
 def test_allocated_reserved_and_context_add_up_to_the_peak() -> None:
@@ -63,10 +87,20 @@ def test_the_margin_is_stated_and_borderline_means_within_the_band() -> None:
     spare = 80 - e.memory.peak / GIB
     assert e.fits and not e.borderline
     assert e.memory_verdict() == f"fits, {spare:.1f} GiB ({spare / 80:.0%}) to spare"
-    wide = replace(e, memory_band=0.5)
-    assert wide.borderline and wide.memory_verdict().startswith("borderline:") and "±50%" in wide.memory_verdict()
+    # borderline exactly when the capacity lies within the band above the estimate
+    reach = 80 * GIB / e.memory.peak - 1  # how far above its estimate the run would have to peak to run out
+    wide = replace(e, memory_band=reach + 0.01, memory_band_below=reach + 0.01)
+    assert wide.borderline and wide.memory_verdict().startswith("borderline:") and f"±{reach + 0.01:.0%}" in wide.memory_verdict()
+    assert not replace(e, memory_band=reach - 0.01).borderline
+    lopsided = replace(e, memory_band=reach + 0.01, memory_band_below=0.25)
+    assert f"−25% … +{reach + 0.01:.0%} of the estimate" in lopsided.memory_verdict()
+    assert lopsided.to_dict()["memory_verdict"]["band_below"] == 0.25
     short = estimate_transformer(job, hardware_for_gpu(find_accelerator("A100-40GB"), cat, gpus=1), Strategy.SINGLE, cat)
     assert not short.fits and short.memory_verdict().startswith("does not fit, short by")
+    # a short option is borderline when the band below the estimate reaches the capacity
+    under = 1 - 40 * GIB / short.memory.peak  # how far under its estimate the run would have to peak to fit
+    assert replace(short, memory_band_below=under + 0.01).borderline
+    assert not replace(short, memory_band_below=under - 0.01).borderline
     assert e.to_dict()["memory_verdict"]["band"] == cat.assumption("memory_error_band_analytic")
 
 
@@ -88,7 +122,7 @@ def test_a_borderline_best_option_is_said_so() -> None:
     job = parse_job(LLAMA7B)
     hw = hardware_for_gpu(find_accelerator("A100-80GB"), cat, gpus=4)
     safe = estimate_transformer(job, hw, Strategy.ZERO3, cat)
-    tight = replace(estimate_transformer(job, hw, Strategy.ZERO2, cat), memory_band=0.5, cost_usd=safe.cost_usd / 2)
+    tight = replace(estimate_transformer(job, hw, Strategy.ZERO2, cat), memory_band=1.0, cost_usd=safe.cost_usd / 2)
     plan = rank([safe, tight], job, Objective.COST)
     assert plan.options[0] is tight and plan.warnings
     assert "borderline" in plan.warnings[0] and "#2" in plan.warnings[0]

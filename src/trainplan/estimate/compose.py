@@ -376,6 +376,7 @@ def compose(
 
     timing = job_timing(hw, train_s=steps * seconds)
     finite = seconds not in (0.0, float("inf"))
+    band = "cpu" if acc is None else profile.source.value  # host RAM against trainplan run's peak RSS on CPUs
     return Estimate(
         kind=job.kind.value,
         strategy=strategy.value,
@@ -399,8 +400,9 @@ def compose(
         calibrated=efficiency is not None,
         notes=tuple(notes),
         trace=profile.trace,
-        # the band measured for this kind of estimate: host RAM against trainplan run's peak RSS on CPUs
-        memory_band=catalog.assumption("memory_error_band_cpu" if acc is None else f"memory_error_band_{profile.source.value}"),
+        # the band measured for this kind of estimate (assumptions.yaml: memory_error_band_*)
+        memory_band=catalog.assumption(f"memory_error_band_{band}"),
+        memory_band_below=catalog.assumption(f"memory_error_band_{band}_below"),
     )
 
 

@@ -104,7 +104,10 @@ class Estimate:
     calibrated: bool = False  # efficiency or rate from a measured run
     notes: tuple[str, ...] = ()
     trace: dict[str, Any] | None = None  # what tracing the real model found (params, FLOPs, single-device peak)
-    memory_band: float | None = None  # the estimator's measured peak-memory error (fraction); None: not known
+    # the estimator's measured peak-memory error, as measured / predicted − 1: a real run's peak lands up to
+    # memory_band above the estimate and up to memory_band_below under it (None: not known; below None: the same)
+    memory_band: float | None = None
+    memory_band_below: float | None = None
     energy: Energy | None = None  # kWh and kg CO2e of the whole job (estimate/energy.py); the planner attaches it
 
     @property
@@ -128,10 +131,26 @@ class Estimate:
 
     @property
     def borderline(self) -> bool:
-        """The peak lies within the estimator's error band of the capacity: the verdict could go either way."""
+        """The capacity lies within the estimator's error band of the peak: the verdict could go either way.
+
+        A run whose estimate is P peaks between P·(1 − below) and P·(1 + band) (4 in 5 runs out of sample for the
+        analytic band); borderline when the capacity falls in that range."""
         if self.memory_band is None or not self.capacity_gib:
             return False
-        return abs(self.memory.peak / (self.capacity_gib * GIB) - 1.0) <= self.memory_band
+        capacity = self.capacity_gib * GIB
+        return self.memory.peak * (1.0 - self._band_below) <= capacity <= self.memory.peak * (1.0 + self.memory_band)
+
+    @property
+    def _band_below(self) -> float | None:
+        return self.memory_band if self.memory_band_below is None else self.memory_band_below
+
+    @property
+    def band_text(self) -> str:
+        """"±10%", or "−25% … +31% of the estimate" when the band is not symmetric."""
+        below = self._band_below
+        if self.memory_band is None or below is None or abs(below - self.memory_band) < 0.005:
+            return f"±{self.memory_band or 0:.0%}"
+        return f"−{below:.0%} … +{self.memory_band:.0%} of the estimate"
 
     def memory_verdict(self) -> str:
         """"fits, 6.1 GiB (8%) to spare", or why it is borderline, in one phrase."""
@@ -141,7 +160,7 @@ class Estimate:
         gib = abs(self.margin_bytes) / GIB
         head = f"{gib:.1f} GiB ({abs(frac):.0%}) to spare" if frac >= 0 else f"short by {gib:.1f} GiB ({abs(frac):.0%})"
         if self.borderline:
-            text = f"borderline: {head}, within the estimator's measured error band (±{self.memory_band:.0%})"
+            text = f"borderline: {head}, within the estimator's measured error band ({self.band_text})"
         else:
             text = f"fits, {head}" if frac >= 0 else f"does not fit, {head}"
         # on CPUs host RAM is the device memory: its rejection is the memory verdict itself
@@ -235,6 +254,7 @@ class Estimate:
                 "margin_gib": self.margin_bytes / GIB,
                 "margin_fraction": self.margin_fraction,
                 "band": self.memory_band,
+                "band_below": self._band_below,
                 "borderline": self.borderline,
                 "verdict_on": "reserved + context",
                 "text": self.memory_verdict(),
