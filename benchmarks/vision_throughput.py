@@ -72,7 +72,7 @@ def main() -> int:
         mfu = f"{est.mfu:.0%}" if est.mfu else "–"
         shown = rid + (" (its TF32-disabled log)" if path[-1].startswith("tf32_disabled") else "")
         print(f"| {shown} | {model} | {gpu} | {precision} | {batch} | {pred:.1f} | {pub:.1f} | {err:+.0%} | {mfu} | "
-              f"{'yes' if est.fits else 'no'} |")
+              f"{('yes' if est.fits else 'no') + (' (borderline)' if est.borderline else '')} |")
     within = sum(e <= 0.25 for e in errors)
     print(f"\nmedian |err| {statistics.median(errors):.0%}; within 25%: {within}/{len(errors)}")
     return 0
