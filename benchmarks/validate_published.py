@@ -14,7 +14,10 @@ import argparse
 import statistics
 from pathlib import Path
 
+import json
+
 import yaml
+from first_looks import signed_errors
 
 from trainplan.estimate.published import compare, memory_errors, why_not_compared
 
@@ -34,6 +37,8 @@ HELDOUT10 = DATA.with_name("published_heldout10.yaml")  # tenth: frozen 2026-12-
 HELDOUT11 = DATA.with_name("published_heldout11.yaml")  # eleventh: frozen 2026-12-06 (session 12)
 HELDOUT12 = DATA.with_name("published_heldout12.yaml")  # twelfth: frozen 2026-12-06 (session 13)
 HELDOUT13 = DATA.with_name("published_heldout13.yaml")  # thirteenth: frozen 2026-12-06 (session 14)
+# every frozen set as the code that froze it predicted it (python benchmarks/first_looks.py --write ...)
+FIRST_LOOKS = {s["set"]: s for s in json.loads(DATA.with_name("first_looks.json").read_text())}
 
 
 def main() -> None:
@@ -108,6 +113,9 @@ def main() -> None:
                "chosen by it; three published out-of-memory runs)", args.all)
     frozen_set(HELDOUT13, "THIRTEENTH SET (frozen 2026-12-06, session 14, after gpt-oss's eager attention and the pure 16-bit\n"
                "eager softmax; held out: no change may be chosen by it; ten published out-of-memory runs)", args.all)
+    pooled = signed_errors(list(FIRST_LOOKS.values()))
+    print(f"\nEVERY FROZEN SET'S FIRST LOOK, POOLED (out of sample; the memory error band's source): {len(pooled)} peaks from "
+          f"{len(FIRST_LOOKS)} sets, median |err| {statistics.median(abs(e) for e in pooled):.1%}")
 
 
 def frozen_set(path: Path, label: str, show_all: bool) -> None:
@@ -141,6 +149,13 @@ def frozen_set(path: Path, label: str, show_all: bool) -> None:
           f"{sum('FITS' not in o for o in ooms)}/{len(ooms)}")
     for o in ooms:
         print(f"  {o}")
+    look = FIRST_LOOKS[path.name]
+    first = signed_errors([look])
+    said_fits = [r for r in look["records"] if r.get("measured_fits") is False and r["predicted_fits"]
+                 and not r.get("predicted_borderline")]  # fmt: skip
+    med = f"median |err| {statistics.median(abs(e) for e in first):.1%} over {len(first)} peaks" if first else "no peak modelled"
+    print(f"its first look (the code of {look['commit'][:7]}, out of sample): {med}; published out-of-memory runs "
+          f"said to fit: {len(said_fits)}")
 
 
 if __name__ == "__main__":
