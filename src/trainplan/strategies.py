@@ -37,7 +37,10 @@ class Strategy(str, Enum):
     ZERO1 = "zero1"
     ZERO2 = "zero2"
     ZERO3 = "zero3"
-    ZERO2_OFFLOAD = "zero2-offload"  # optimizer state (and its fp32 master) in host RAM
+    # optimizer state (and its fp32 master) in host RAM; stage 1 keeps the full 16-bit gradients on the device until
+    # the accumulation boundary, stage 2 copies each reduced gradient partition to the host during backward
+    ZERO1_OFFLOAD = "zero1-offload"
+    ZERO2_OFFLOAD = "zero2-offload"
     ZERO3_OFFLOAD = "zero3-offload"  # optimizer state and parameters in host RAM
     FSDP = "fsdp"  # full shard (like ZeRO-3)
     FSDP_GRAD_OP = "fsdp-grad-op"  # shard gradients and optimizer state (like ZeRO-2)
@@ -68,7 +71,7 @@ class Strategy(str, Enum):
 
     @property
     def offloads_optimizer(self) -> bool:
-        return self in (Strategy.ZERO2_OFFLOAD, Strategy.ZERO3_OFFLOAD, Strategy.FSDP_OFFLOAD)
+        return self in (Strategy.ZERO1_OFFLOAD, Strategy.ZERO2_OFFLOAD, Strategy.ZERO3_OFFLOAD, Strategy.FSDP_OFFLOAD)
 
     @property
     def offloads_parameters(self) -> bool:
@@ -102,6 +105,7 @@ _ZERO_STAGES = {
     Strategy.SINGLE: ZeroStage.NONE,
     Strategy.DDP: ZeroStage.NONE,
     Strategy.ZERO1: ZeroStage.STAGE_1,
+    Strategy.ZERO1_OFFLOAD: ZeroStage.STAGE_1,
     Strategy.ZERO2: ZeroStage.STAGE_2,
     Strategy.ZERO2_OFFLOAD: ZeroStage.STAGE_2,
     Strategy.FSDP_GRAD_OP: ZeroStage.STAGE_2,
@@ -229,7 +233,8 @@ class Layout:
 
 
 def strategies_for(world_size: int) -> tuple[Strategy, ...]:
-    """The strategies worth evaluating on ``world_size`` devices."""
+    """The strategies worth evaluating on ``world_size`` devices (on one, ZeRO-1 offload holds what ZeRO-2 offload
+    holds plus the full gradients, and moves the same bytes: not searched there)."""
     if world_size == 1:
         return (Strategy.SINGLE, Strategy.ZERO2_OFFLOAD, Strategy.ZERO3_OFFLOAD, Strategy.FSDP_OFFLOAD)
     return tuple(s for s in Strategy if s is not Strategy.SINGLE)

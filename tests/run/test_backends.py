@@ -15,7 +15,7 @@ from conftest import TORCH_JOB, load_state, rank_records
 pytestmark = pytest.mark.slow
 
 TORCH_ENGINES = ("ddp", "fsdp", "fsdp-grad-op", "fsdp-offload")
-DEEPSPEED = ("zero1", "zero2", "zero3", "zero2-offload", "zero3-offload")
+DEEPSPEED = ("zero1", "zero2", "zero3", "zero1-offload", "zero2-offload", "zero3-offload")
 
 EXPECTED_WRAP = {
     "single": {"wrapped_as": "Sequential", "sharded_params": False},
@@ -26,6 +26,7 @@ EXPECTED_WRAP = {
     "zero1": {"wrapped_as": "DeepSpeedEngine", "zero_stage": 1, "offload_optimizer": False, "offload_param": False},
     "zero2": {"wrapped_as": "DeepSpeedEngine", "zero_stage": 2, "offload_optimizer": False, "offload_param": False},
     "zero3": {"wrapped_as": "DeepSpeedEngine", "zero_stage": 3, "offload_optimizer": False, "offload_param": False},
+    "zero1-offload": {"wrapped_as": "DeepSpeedEngine", "zero_stage": 1, "offload_optimizer": True, "offload_param": False},
     "zero2-offload": {"wrapped_as": "DeepSpeedEngine", "zero_stage": 2, "offload_optimizer": True, "offload_param": False},
     "zero3-offload": {"wrapped_as": "DeepSpeedEngine", "zero_stage": 3, "offload_optimizer": True, "offload_param": True},
 }
@@ -80,3 +81,36 @@ def test_deepspeed_on_cpu_compiles_no_ops(baseline, extensions_dir) -> None:
     for strategy in DEEPSPEED:
         assert baseline(strategy)[0].status == "completed"
     assert not any(extensions_dir.iterdir())
+
+
+def test_zero1_offload_keeps_full_gradients_until_the_boundary(extensions_dir) -> None:
+    """What estimate/memory.py counts for DeepSpeed's offloaded stages, on DeepSpeed itself (two ranks over gloo):
+    stage 1 keeps every parameter's full gradient on the device between the micro-steps of an accumulation window
+    (with or without the optimizer offloaded), stage 2 keeps none (its partitions live in its own buffers, on the host
+    when offloaded); at the boundary both are reduced and removed."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    worker = Path(__file__).with_name("zero_grads_support.py")
+    env = dict(os.environ, TORCH_EXTENSIONS_DIR=str(extensions_dir), OMP_NUM_THREADS="1")
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29531",
+                          str(worker)], capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    line = next((ln for ln in run.stdout.splitlines() if ln.startswith("ZERO_GRADS ")), None)
+    assert line is not None, run.stderr[-2000:]
+    held = json.loads(line.removeprefix("ZERO_GRADS "))
+    full = held["params"]
+    assert held["1-True"] == held["1-False"] == [full, 0]
+    assert held["2-True"] == held["2-False"] == [0, 0]
+
+    from trainplan.estimate.memory import model_state_bytes
+    from trainplan.spec import Optimizer, Precision
+    from trainplan.strategies import Strategy
+
+    states = {s: model_state_bytes(trainable_params=1e9, frozen_bytes=0.0, precision=Precision.BF16, optimizer=Optimizer.ADAMW,
+                                   strategy=s, world_size=8) for s in (Strategy.ZERO1_OFFLOAD, Strategy.ZERO2_OFFLOAD)}  # fmt: skip
+    assert states[Strategy.ZERO1_OFFLOAD].gradients == 2e9  # the full 16-bit gradients
+    assert states[Strategy.ZERO2_OFFLOAD].gradients == 0.0
+    assert states[Strategy.ZERO1_OFFLOAD].optimizer == states[Strategy.ZERO2_OFFLOAD].optimizer == 0.0
+    assert states[Strategy.ZERO1_OFFLOAD].host == states[Strategy.ZERO2_OFFLOAD].host > 0

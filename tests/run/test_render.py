@@ -78,7 +78,7 @@ def test_user_script_gets_the_launcher_and_its_arguments(tmp_path) -> None:
 @pytest.mark.parametrize(
     "strategy,stage,opt_off,param_off",
     [("zero1", 1, False, False), ("zero2", 2, False, False), ("zero3", 3, False, False),
-     ("zero2-offload", 2, True, False), ("zero3-offload", 3, True, True)],
+     ("zero1-offload", 1, True, False), ("zero2-offload", 2, True, False), ("zero3-offload", 3, True, True)],
 )
 def test_deepspeed_config_per_strategy(strategy, stage, opt_off, param_off) -> None:
     cfg = deepspeed_config(Strategy(strategy), micro_batch=4, grad_accum=3, world_size=2, precision="fp32", accelerator="cpu")

@@ -45,7 +45,7 @@ def estimate_command(
     nodes: Annotated[int, typer.Option(help="Nodes.")] = 1,
     instance: Annotated[Optional[str], typer.Option(help="Instance type, e.g. p4de.24xlarge (or cloud:name).")] = None,
     cpus: Annotated[Optional[int], typer.Option(help="vCPUs of a CPU-only machine.")] = None,
-    strategy: Annotated[Optional[str], typer.Option(help="single, ddp, zero1-3, zero2-offload, zero3-offload, fsdp, fsdp-grad-op, fsdp-offload (with --tp/--pp/--cp/--ep: the data-parallel sharding). Default: the best that fits.")] = None,
+    strategy: Annotated[Optional[str], typer.Option(help="single, ddp, zero1-3, zero1-offload, zero2-offload, zero3-offload, fsdp, fsdp-grad-op, fsdp-offload (with --tp/--pp/--cp/--ep: the data-parallel sharding). Default: the best that fits.")] = None,
     tp: Annotated[int, typer.Option("--tp", help="Tensor parallel degree (divides the attention heads; within a node).")] = 1,
     pp: Annotated[int, typer.Option("--pp", help="Pipeline parallel stages.")] = 1,
     vpp: Annotated[int, typer.Option("--vpp", help="Virtual pipeline stages per rank (interleaved 1F1B).")] = 1,

@@ -69,7 +69,7 @@ def run_command(
     ] = None,
     strategy: Annotated[
         Optional[str],
-        typer.Option(help="single, ddp, fsdp, fsdp-grad-op, fsdp-offload, zero1, zero2, zero3, zero2-offload, zero3-offload."),
+        typer.Option(help="single, ddp, fsdp, fsdp-grad-op, fsdp-offload, zero1, zero2, zero3, zero1-offload, zero2-offload, zero3-offload."),
     ] = None,
     devices: Annotated[
         Optional[int], typer.Option(help="GPUs, or worker processes on CPU (parallel fits for tabular jobs).")

@@ -220,10 +220,15 @@ def model_state_bytes(
         o = 0.0
         g = g if unsharded else 0.0
     elif strategy.offloads_optimizer:
-        # fp32 gradient partition is kept on the host for the CPU optimizer step.
+        # fp32 gradient partition is kept on the host for the CPU optimizer step. Stage 2 copies each reduced
+        # partition there during backward and keeps no gradient on the device; stage 1 does not partition
+        # gradients, so every parameter keeps its full 16-bit .grad on the device until the accumulation boundary
+        # reduces and removes it (DeepSpeed runtime/zero/stage_1_and_2.py, reduce_ready_partitions_and_remove_grads:
+        # "if self.partition_gradients or self.is_gradient_accumulation_boundary()"; measured with DeepSpeed 0.19.8
+        # over gloo in tests/run/test_backends.py::test_zero1_offload_keeps_full_gradients_until_the_boundary).
         host += o + trainable_params / n * 4.0
         o = 0.0
-        g = 0.0
+        g = g if stage < ZeroStage.STAGE_2 else 0.0
     if strategy.offloads_parameters:
         host += w
         w = 0.0

@@ -159,7 +159,7 @@ def rank_key(objective: Objective) -> Callable[[Estimate], tuple[float, ...]]:
 
 _SIMPLEST_FIRST = [s.value for s in (
     Strategy.SINGLE, Strategy.DDP, Strategy.ZERO1, Strategy.ZERO2, Strategy.FSDP_GRAD_OP, Strategy.ZERO3,
-    Strategy.FSDP, Strategy.ZERO2_OFFLOAD, Strategy.ZERO3_OFFLOAD, Strategy.FSDP_OFFLOAD,
+    Strategy.FSDP, Strategy.ZERO1_OFFLOAD, Strategy.ZERO2_OFFLOAD, Strategy.ZERO3_OFFLOAD, Strategy.FSDP_OFFLOAD,
 )]  # fmt: skip
 
 
