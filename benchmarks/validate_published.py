@@ -37,6 +37,7 @@ HELDOUT10 = DATA.with_name("published_heldout10.yaml")  # tenth: frozen 2026-12-
 HELDOUT11 = DATA.with_name("published_heldout11.yaml")  # eleventh: frozen 2026-12-06 (session 12)
 HELDOUT12 = DATA.with_name("published_heldout12.yaml")  # twelfth: frozen 2026-12-06 (session 13)
 HELDOUT13 = DATA.with_name("published_heldout13.yaml")  # thirteenth: frozen 2026-12-06 (session 14)
+HELDOUT14 = DATA.with_name("published_heldout14.yaml")  # fourteenth: frozen 2026-12-06 (session 15)
 # every frozen set as the code that froze it predicted it (python benchmarks/first_looks.py --write ...)
 FIRST_LOOKS = {s["set"]: s for s in json.loads(DATA.with_name("first_looks.json").read_text())}
 
@@ -113,6 +114,8 @@ def main() -> None:
                "chosen by it; three published out-of-memory runs)", args.all)
     frozen_set(HELDOUT13, "THIRTEENTH SET (frozen 2026-12-06, session 14, after gpt-oss's eager attention and the pure 16-bit\n"
                "eager softmax; held out: no change may be chosen by it; ten published out-of-memory runs)", args.all)
+    frozen_set(HELDOUT14, "FOURTEENTH SET (frozen 2026-12-06, session 15, after the memory band from the first looks and\n"
+               "zero1-offload; held out: no change may be chosen by it; six published out-of-memory runs)", args.all)
     pooled = signed_errors(list(FIRST_LOOKS.values()))
     print(f"\nEVERY FROZEN SET'S FIRST LOOK, POOLED (out of sample; the memory error band's source): {len(pooled)} peaks from "
           f"{len(FIRST_LOOKS)} sets, median |err| {statistics.median(abs(e) for e in pooled):.1%}")

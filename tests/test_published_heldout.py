@@ -44,9 +44,11 @@ FROZEN = {
     "published_heldout12.yaml": "7f7d9cde244961f545d67cc6f29da381a7ff991f8d1dec97d8c8205ed26a60b2",
     # the thirteenth: collected 2026-12-06 (session 14), ten published out-of-memory runs
     "published_heldout13.yaml": "db9ac00c3916b5f7323b58ff7ab7061f2c9a2778bad87e702429cc69f82ca3a0",
+    # the fourteenth: collected 2026-12-06 (session 15), six published out-of-memory runs
+    "published_heldout14.yaml": "777e55113440b5ed2426fc6ebbf096f46bb0a8ed7da40fcbf1cf2cb8c98aa39d",
 }
 (HELDOUT, HELDOUT2, HELDOUT3, HELDOUT4, HELDOUT5, HELDOUT6, HELDOUT7, HELDOUT8, HELDOUT9, HELDOUT10, HELDOUT11,
- HELDOUT12, HELDOUT13) = (DATA / name for name in FROZEN)
+ HELDOUT12, HELDOUT13, HELDOUT14) = (DATA / name for name in FROZEN)
 IN_SAMPLE = ("published_llm.yaml", "published_stacks.yaml")
 
 
@@ -132,6 +134,15 @@ def test_the_later_sets_are_usable_and_new() -> None:
     for document in ("DeepSeed_Zero_Optimizer", "modal-projects/finetuning-workshop", "lsdefine/lsrl", "eks-anywhere",
                      "Automodel/issues/1176", "lightning-thunder/pull/940", "atorch/examples/llama2"):  # its seven, new
         assert any(document in str(r["source"]) for r in thirteenth) and document not in cited12 + in_sample_text
+    fourteenth = yaml.safe_load(HELDOUT14.read_text())
+    cited13 = cited12 + " ".join(str(r.get("source")) for r in thirteenth)
+    earlier_ids |= {r["id"] for r in thirteenth}
+    assert len({r["id"] for r in fourteenth}) == len(fourteenth) == 15 and not {r["id"] for r in fourteenth} & earlier_ids
+    _sourced_peaks_or_ooms(fourteenth)
+    assert sum(r["measured"].get("fits") is False for r in fourteenth) == 6
+    for document in ("open-r1/issues/506", "open-r1/issues/446", "llm-foundry/issues/468",
+                     "LLM-FT-IDRIS-Benchmark"):  # its documents (the IDRIS repository's README and logs), new
+        assert any(document in str(r["source"]) for r in fourteenth) and document not in cited13 + in_sample_text
     for rec in fourth:  # kept whole, the configurations trainplan cannot express included (reported as not modelled)
         assert rec["source"] and rec["notes"] and rec["measured"], rec["id"]
         assert rec["measured"].get("fits") is False or rec["measured"].get("peak_memory_gib"), rec["id"]
