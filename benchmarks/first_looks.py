@@ -2,8 +2,8 @@
 
 A held-out set of published runs is out of sample only for the code that existed when it was frozen; every change
 made after its first look may have been chosen by it. This script takes, for each tests/data/published_heldout*.yaml,
-the commit that added it (``git log --diff-filter=A``), extracts that commit's ``src/`` into a temporary directory,
-and predicts the set's records with that code in a fresh interpreter. The pooled errors are the estimator's
+the commit that added it (``git log --diff-filter=A``; HEAD for a set being frozen), extracts ``src/`` as it was
+there into a temporary directory, and predicts the set's records with that code in a fresh interpreter. The pooled errors are the estimator's
 out-of-sample error as far as this project can measure it; the memory error band
 (``memory_error_band_analytic`` in src/trainplan/catalog/data/assumptions.yaml) is their 80th percentile.
 
@@ -60,14 +60,24 @@ def held_out_sets() -> list[Path]:
 
 
 def first_look(path: Path) -> dict:
-    """Predict one frozen set with the code of the commit that froze it."""
+    """Predict one frozen set with the code of the commit that froze it.
+
+    ``commit`` in the result names that code: the last commit at or before the freeze that changed ``src/``. A set
+    not committed yet (being frozen) is predicted by HEAD's code, which must then be what the working tree holds, so
+    that the set, its first look and the band computed from it land in one commit."""
     rel = str(path.relative_to(ROOT))
-    commit = _git("log", "--diff-filter=A", "--format=%H", "-1", "--", rel).decode().strip()
+    frozen_in = _git("log", "--diff-filter=A", "--format=%H", "-1", "--", rel).decode().strip()
+    if frozen_in:
+        frozen = _git("show", f"{frozen_in}:{rel}")
+        if frozen != path.read_bytes():
+            raise SystemExit(f"{rel}: differs from the version its commit {frozen_in[:7]} froze")
+    else:
+        if subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "src"], cwd=ROOT).returncode:
+            raise SystemExit(f"{rel}: not committed yet, and src/ differs from HEAD: commit the code first")
+        frozen = path.read_bytes()
+    commit = _git("log", "-1", "--format=%H", frozen_in or "HEAD", "--", "src").decode().strip()
     if not commit:
-        raise SystemExit(f"{rel}: not in git history (a shallow clone?)")
-    frozen = _git("show", f"{commit}:{rel}")
-    if frozen != path.read_bytes():
-        raise SystemExit(f"{rel}: differs from the version its commit {commit[:7]} froze")
+        raise SystemExit(f"{rel}: no history of src/ (a shallow clone?)")
     with tempfile.TemporaryDirectory() as tmp:
         with tarfile.open(fileobj=BytesIO(_git("archive", commit, "src")), mode="r:") as tar:
             tar.extractall(tmp, filter="data")
