@@ -103,6 +103,27 @@ def percentile(values: list[float], pct: float) -> float:
     return xs[lo] + (xs[min(lo + 1, len(xs) - 1)] - xs[lo]) * (k - lo)
 
 
+def above_estimate(looks: list[dict]) -> list[float]:
+    """measured / predicted − 1 of every modelled peak: how far above its estimate each run went."""
+    return [-e / (1 + e) for e in signed_errors(looks)]
+
+
+def leave_one_set_out(looks: list[dict]) -> list[tuple[str, int, float, float, int, int]]:
+    """Is the band honest out of sample? For each set: the band (80th / 20th percentiles of measured / predicted − 1)
+    built from the other sets' first looks, and how many of this set's runs it covers — from above (the run peaked
+    at most band above its estimate: a "fits" verdict outside the band held) and on both sides.
+    Rows: (set, peaks, above, below, covered from above, covered on both sides)."""
+    rows = []
+    for i, s in enumerate(looks):
+        others = above_estimate([x for j, x in enumerate(looks) if j != i])
+        mine = above_estimate([s])
+        if not mine or not others:
+            continue
+        hi, lo = percentile(others, 80), percentile(others, 20)
+        rows.append((s["set"], len(mine), hi, lo, sum(x <= hi for x in mine), sum(lo <= x <= hi for x in mine)))
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", type=Path, help="record the first looks in this JSON file")
@@ -116,12 +137,19 @@ def main() -> None:
         med = f"{statistics.median(abs(e) for e in errs):.1%}" if errs else "-"
         print(f"{s['set']:28} {s['commit'][:7]:8} {len(errs):5d} {med:>12} {len(ooms):4d} {said_fits:13d}")
     errs = signed_errors(looks)
-    under = [-e / (1 + e) for e in errs]  # measured / predicted − 1: how far above the estimate the run went
+    under = above_estimate(looks)
     print(f"\npooled first looks: {len(errs)} measured peaks from {len(looks)} sets")
     print(f"  |error| median {statistics.median(abs(e) for e in errs):.1%}, "
           f"80th percentile {percentile([abs(e) for e in errs], 80):.1%}, 90th {percentile([abs(e) for e in errs], 90):.1%}")
     print(f"  under-estimates (measured above predicted): {sum(u > 0 for u in under)} of {len(under)}; "
           f"measured/predicted − 1 at the 80th percentile {percentile(under, 80):+.1%}")
+    rows = leave_one_set_out(looks)
+    peaks = sum(r[1] for r in rows)
+    print(f"\nleave one set out (each set judged by the band built from the others' first looks):")
+    for name, n, hi, lo, up, both in rows:
+        print(f"  {name:28} {n:3d} peaks, band {lo:+.1%} … {hi:+.1%}: {up}/{n} at most the band above, {both}/{n} inside")
+    print(f"  pooled: {sum(r[4] for r in rows)}/{peaks} = {sum(r[4] for r in rows) / peaks:.1%} at most the band above "
+          f"(80% intended), {sum(r[5] for r in rows) / peaks:.1%} inside both sides (60% intended)")
     if args.write:
         args.write.write_text(json.dumps(looks, indent=1) + "\n")
         print(f"wrote {args.write}")

@@ -55,6 +55,22 @@ def test_the_analytic_band_is_the_out_of_sample_error_on_published_records() -> 
     assert in_sample.median < cat.assumption("memory_error_band_analytic")
 
 
+def test_leave_one_set_out_judges_each_set_by_the_others_band() -> None:
+    """benchmarks/first_looks.py's check of the band out of sample, on looks whose answer is known: each set is
+    covered by the percentiles of the other sets alone."""
+    def look(name: str, ratios: list[float]) -> dict:  # measured / predicted for each record
+        return {"set": name, "records": [{"predicted_peak_gib": 10.0, "measured_peak_gib": 10.0 * r} for r in ratios]}
+
+    wide = [1.0 + i / 100 for i in range(-40, 41)]  # runs from 40% under to 40% over their estimates
+    looks = [look("a", wide), look("b", wide), look("c", [1.5, 1.0])]
+    rows = {name: rest for name, *rest in first_looks.leave_one_set_out(looks)}
+    n, hi, lo, up, both = rows["c"]  # judged by a and b: their 80th / 20th percentiles are +24% / -24%
+    assert (n, up, both) == (2, 1, 1) and hi == pytest.approx(0.24) and lo == pytest.approx(-0.24)
+    n, hi, lo, up, both = rows["a"]  # judged by b and c
+    assert n == 81 and hi == pytest.approx(first_looks.percentile([r - 1 for r in wide] + [0.5, 0.0], 80))
+    assert up == sum(r - 1 <= hi + 1e-12 for r in wide)
+
+
 @pytest.mark.skipif(subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=RECORDS.parent,
                                    capture_output=True, text=True).stdout.strip() != "false",
                     reason="needs the repository's git history")  # fmt: skip
