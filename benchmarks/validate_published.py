@@ -11,13 +11,12 @@ tokens/s per GPU, peak memory and fit / no-fit — in-sample and held-out apart.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 from pathlib import Path
 
-import json
-
 import yaml
-from first_looks import signed_errors
+from first_looks import ooms_said_to_fit, signed_errors
 
 from trainplan.estimate.published import compare, memory_errors, why_not_compared
 
@@ -154,11 +153,9 @@ def frozen_set(path: Path, label: str, show_all: bool) -> None:
         print(f"  {o}")
     look = FIRST_LOOKS[path.name]
     first = signed_errors([look])
-    said_fits = [r for r in look["records"] if r.get("measured_fits") is False and r["predicted_fits"]
-                 and not r.get("predicted_borderline")]  # fmt: skip
     med = f"median |err| {statistics.median(abs(e) for e in first):.1%} over {len(first)} peaks" if first else "no peak modelled"
     print(f"its first look (the code of {look['commit'][:7]}, out of sample): {med}; published out-of-memory runs "
-          f"said to fit: {len(said_fits)}")
+          f"said to fit: {len(ooms_said_to_fit(look))}")
 
 
 if __name__ == "__main__":
