@@ -13,7 +13,7 @@ from trainplan.estimate.hardware import hardware_for_gpu
 from trainplan.estimate.parallel import layout_error
 from trainplan.estimate.transformer import transformer_profile
 from trainplan.planner.core import plan_job
-from trainplan.planner.layouts import layouts_for
+from trainplan.planner.layouts import layouts_for, states_floor
 from trainplan.spec import parse_job
 from trainplan.strategies import Layout, Strategy
 
@@ -62,6 +62,33 @@ def test_search_finds_a_layout_within_5_percent_of_the_fastest(model: str, gpu: 
     best = min(e.step_time_s for e in oracle)
     assert min(e.step_time_s for e in found) <= 1.05 * best
     assert len(searched) < len(every)  # it prunes: fewer layouts estimated than the brute force's
+
+
+@pytest.mark.parametrize(("model", "gpu", "gpus", "nodes"), [
+    ("llama-2-70b", "A100-80GB", 8, 4),
+    ("llama-2-70b", "A100-40GB", 8, 1),
+    ("mixtral-8x7b", "H100-80GB", 8, 2),
+    ("llama-3-8b", "A100-40GB", 4, 1),
+])  # fmt: skip
+def test_states_floor_is_below_every_layouts_peak(model: str, gpu: str, gpus: int, nodes: int) -> None:
+    """The floor that lets the search skip hardware is a lower bound: no layout or sharding peaks under it."""
+    job = job_for(model)
+    prof = transformer_profile(job, CAT)
+    hw = hardware_for_gpu(find_accelerator(gpu, CAT), CAT, gpus=gpus, nodes=nodes)
+    every = brute_force(job, prof, hw)
+    assert every
+    floor = states_floor(job, prof, gpus * nodes)
+    assert floor > 0
+    assert min(e.memory.peak for e in every) >= floor
+
+
+def test_hardware_under_the_floor_is_skipped_and_nothing_there_fits() -> None:
+    job = job_for("llama-2-70b")
+    prof = transformer_profile(job, CAT)
+    hw = hardware_for_gpu(find_accelerator("A100-40GB", CAT), CAT, gpus=8, nodes=1)
+    assert states_floor(job, prof, 8) > 40 * 2**30  # 70B × 16 bytes over 8 GPUs
+    assert list(layouts_for(job, prof, hw, CAT)) == []
+    assert not any(e.fits for e in brute_force(job, prof, hw))
 
 
 def test_plan_offers_3d_layouts_where_data_parallel_alone_cannot_fit() -> None:

@@ -22,7 +22,7 @@ from trainplan.errors import SpecError
 from trainplan.estimate.compat import global_batch_of, micro_steps_of
 from trainplan.estimate.compose import memory_rejection, step_memory
 from trainplan.estimate.hardware import Hardware
-from trainplan.estimate.memory import GIB
+from trainplan.estimate.memory import GIB, model_state_bytes
 from trainplan.estimate.parallel import ModelSplit, layout_error, stage_loads
 from trainplan.estimate.profile import StepProfile
 from trainplan.estimate.result import Estimate
@@ -67,6 +67,21 @@ def _fits(job: TransformerJob, profile: StepProfile, hw: Hardware, strategy: Str
     return memory_rejection(mem, hw, catalog, profile.source) is None
 
 
+def states_floor(job: TransformerJob, profile: StepProfile, world_size: int) -> float:
+    """Bytes some rank holds under any layout and either sharding of ``world_size`` devices: the model's weights,
+    gradients and optimizer state, each held at least once over all ranks (tensor, pipeline and expert parallel
+    divide them, ZeRO-1 / FSDP shard them — none drops any: Rajbhandari et al. 2020, Fig. 1), are all resident at the
+    optimizer step, so the average rank — and the most loaded one above it — holds at least their total / world size.
+    Above the capacity, no layout of these devices can fit and none needs a look."""
+    p = profile.params
+    totals = []
+    for strategy in SHARDINGS:
+        st = model_state_bytes(trainable_params=p.trainable, frozen_bytes=0.0, precision=job.precision, optimizer=job.optimizer,
+                               strategy=strategy, world_size=1, state_elems_per_param=p.shaped_state_elems)  # fmt: skip
+        totals.append(st.weights + st.gradients + st.optimizer)
+    return min(totals) / world_size
+
+
 def _with_layout(hw: Hardware, **degrees: int | bool) -> Hardware | None:
     """``hw`` with these degrees, or None where they do not go together (``Layout``'s own validation)."""
     try:
@@ -84,6 +99,8 @@ def layouts_for(job: TransformerJob, profile: StepProfile, hw: Hardware, catalog
     if split is None or hw.accelerator is None or hw.accelerator.kind != "gpu" or base.world_size < 2:
         return
     capacity = hw.accelerator.memory_gib * GIB
+    if states_floor(job, profile, base.world_size) > capacity:
+        return
     degrees = itertools.product(tensor_degrees(split, base.domain), context_degrees(split),
                                 expert_degrees(split, base.domain))  # fmt: skip
     for tp, cp, ep in degrees:
