@@ -201,6 +201,10 @@ class StackKnobs(BaseModel):
     # account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split); 0: blocks only
     pipeline_first_stage_less_layers: NonNegativeInt | None = None
     pipeline_last_stage_less_layers: NonNegativeInt | None = None
+    # activation_checkpointing: full on a share of the blocks only, the others keeping all their activations: torchtitan's
+    # layer-level selective checkpointing (selective_ac_option "N": every N-th block, a share of 1/N), Megatron-Core's
+    # recompute_method "block" (the first recompute_num_layers blocks of each pipeline chunk); None: every block
+    checkpoint_fraction: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
 
 
 class TabularLibrary(str, Enum):

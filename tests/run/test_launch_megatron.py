@@ -218,3 +218,23 @@ def test_embedding_and_loss_counted_in_the_pipeline_split_are_rendered(tmp_path:
     plain = args_of(render(resolve(tmp_path / "p", PRETRAIN_70B, gpu="H100-80GB", gpus=8, nodes=4, tp=8, pp=2,
                                    sequence_parallel=True, strategy="zero1", options=NODE0)).commands[0].argv)  # fmt: skip
     assert "--account-for-embedding-in-pipeline-split" not in plain
+
+
+def test_full_checkpointing_on_a_share_of_the_blocks_is_megatrons_block_method(tmp_path: Path) -> None:
+    """knobs.checkpoint_fraction 0.5 with 80 layers over pp 4 × vpp 2 (10 a chunk): the first 5 layers of each chunk
+    checkpointed (--recompute-method block --recompute-num-layers 5); a share that is no whole number of a chunk's
+    layers is refused in one line."""
+    job = {**PRETRAIN_70B, "activation_checkpointing": "full", "knobs": {"checkpoint_fraction": 0.5}}
+    plan = resolve(tmp_path, job, gpu="H100-80GB", gpus=8, nodes=4, tp=8, pp=4, vpp=2, sequence_parallel=True,
+                   strategy="zero1", options=NODE0)  # fmt: skip
+    a = args_of(render(plan).commands[0].argv)
+    assert (a["--recompute-granularity"], a["--recompute-method"], a["--recompute-num-layers"]) == ("full", "block", "5")
+    if megatron_core_available():
+        config = check_with_megatron_core(arguments(plan, check(plan)))
+        assert (config.recompute_method, config.recompute_num_layers) == ("block", 5)
+    (tmp_path / "odd").mkdir()
+    odd = resolve(tmp_path / "odd", {**job, "knobs": {"checkpoint_fraction": 0.25}}, gpu="H100-80GB", gpus=8, nodes=4,
+                  tp=8, pp=4, vpp=2, sequence_parallel=True, strategy="zero1", options=NODE0)  # fmt: skip
+    with pytest.raises(SpecError, match="0.25 of 10 layers a chunk must be a whole number") as err:
+        render(odd)
+    assert "\n" not in str(err.value)

@@ -107,3 +107,29 @@ def test_checkpointing_keeps_the_gradients_and_selective_saves_the_matmuls(mode:
         assert plain_flops == flops < full_flops  # matmuls and attention saved: nothing expensive recomputed
     else:
         assert flops > plain_flops  # every layer's forward again
+
+
+def test_checkpointing_a_share_of_the_layers_recomputes_only_those() -> None:
+    """knobs.checkpoint_fraction 0.5 on 4 decoder layers: `trainplan run` wraps 2 of them (the 2nd and the 4th), the
+    gradients equal the un-checkpointed model's, and the step recomputes half of what full checkpointing recomputes."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from trainplan.run.workloads.transformer import build_model
+
+    def grads_and_flops(checkpointing: str, knobs: dict) -> tuple[dict[str, torch.Tensor], int]:
+        job = parse_job({**JOB, "model": {**LLAMA, "layers": 4}, "activation_checkpointing": checkpointing, "knobs": knobs})
+        model = build_model(job, job.model)
+        model.train()
+        x = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(0))
+        with FlopCounterMode(display=False) as counter:
+            model(input_ids=x, labels=x).loss.backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, counter.get_total_flops()
+
+    plain, plain_flops = grads_and_flops("none", {})
+    half, half_flops = grads_and_flops("full", {"checkpoint_fraction": 0.5})
+    full_flops = grads_and_flops("full", {})[1]
+    assert half.keys() == plain.keys()
+    for name, g in plain.items():
+        torch.testing.assert_close(half[name], g, rtol=1e-5, atol=1e-6)
+    assert plain_flops < half_flops < full_flops
+    assert half_flops - plain_flops == (full_flops - plain_flops) // 2

@@ -154,6 +154,7 @@ def training_step_flops(
     attn_dim: int,
     checkpointing: Checkpointing,
     lm_head_params: float,
+    recompute_share: float = 1.0,
     causal_fused_attention: bool = False,
     block_bytes_per_token: float = 0.0,
     fp8_matmul_params: float = 0.0,
@@ -180,6 +181,8 @@ def training_step_flops(
     recomputed.  ``None``: selective is Megatron-Core's (Korthikanti's attention core recomputed), its
     ``recompute_modules`` choosing: ``core_recomputed`` whether the core is among them, ``module_recompute_params``
     the weights of the checkpointed modules' matmuls (transformer.module_recomputed_params), run forward again.
+    ``recompute_share``: full checkpointing on that share of the blocks only (knobs.checkpoint_fraction) runs that
+    share of the blocks' forward again, with its memory-bound ops, fused attention, FP8 GEMMs and casts.
     """
     mm = matmul_flops_forward(matmul_params, tokens)
     attn = attention_flops_forward(layers=layers, seq_len=seq_len, attn_dim=attn_dim, tokens=tokens)
@@ -197,8 +200,10 @@ def training_step_flops(
     frozen_mm = matmul_flops_forward(matmul_params - trainable_matmul_params, tokens)
     forward = mm + attn + adapters
     backward = 2.0 * (mm - frozen_mm) + frozen_mm + attn_backward + 2.0 * adapters
+    # full checkpointing on a share of the blocks (knobs.checkpoint_fraction) recomputes that share of them
+    full = recompute_share if checkpointing is Checkpointing.FULL else 0.0
     if checkpointing is Checkpointing.FULL:
-        recompute = forward - matmul_flops_forward(lm_head_params, tokens)
+        recompute = full * (forward - matmul_flops_forward(lm_head_params, tokens))
     elif checkpointing is Checkpointing.SELECTIVE:
         if selective_matmul_params is None:
             recompute = (attn if core_recomputed else 0.0) + matmul_flops_forward(module_recompute_params, tokens)
@@ -212,17 +217,15 @@ def training_step_flops(
         bytes_fwd = block_bytes_per_token * layers * tokens
         bytes_bwd = MEMORY_BOUND_BACKWARD_RATIO * bytes_fwd
         pytorch_selective = checkpointing is Checkpointing.SELECTIVE and selective_matmul_params is not None
-        if checkpointing is Checkpointing.FULL or pytorch_selective:
-            bytes_bwd += bytes_fwd
-        recomputed_attn = fused if checkpointing is Checkpointing.FULL or (
+        bytes_bwd += bytes_fwd * (1.0 if pytorch_selective else full)
+        recomputed_attn = fused * full if checkpointing is Checkpointing.FULL else fused if (
             checkpointing is Checkpointing.SELECTIVE and not pytorch_selective and core_recomputed) else 0.0
         fp8_fwd = matmul_flops_forward(fp8_matmul_params, tokens)
-        fp8_bwd = 2.0 * fp8_fwd + (fp8_fwd if checkpointing is Checkpointing.FULL else 0.0)
+        fp8_bwd = 2.0 * fp8_fwd + fp8_fwd * full
         cast_f, cast_b = fp8_cast_bytes
         amp_f, amp_b = amp_cast_bytes
-        if checkpointing is Checkpointing.FULL:
-            cast_b += cast_f
-            amp_b += amp_f
+        cast_b += cast_f * full
+        amp_b += amp_f * full
         split = KernelSplit(attention_forward=fused,
                             attention_backward=(attn_backward if fused else 0.0) + recomputed_attn,
                             bytes_forward=bytes_fwd + cast_f, bytes_backward=bytes_bwd + cast_b,

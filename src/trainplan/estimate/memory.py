@@ -26,6 +26,7 @@ All results are bytes.  Nothing here knows about hardware prices or ranking.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -474,10 +475,30 @@ def selective_saved_bytes_per_token(*, linears: list[tuple[int, bool]], hidden: 
 
 
 def checkpointed_activation_bytes(
-    *, layers: int, layer_bytes: float, seq_len: int, micro_batch: int, hidden: int, precision: Precision
+    *, layers: int, layer_bytes: float, seq_len: int, micro_batch: int, hidden: int, precision: Precision,
+    checkpointed: int | None = None, uncheckpointed_bytes: float = 0.0,
 ) -> float:
-    """Full activation checkpointing: each block's input is kept, one block is recomputed at a time (Chen et al. 2016)."""
-    return layers * seq_len * micro_batch * hidden * precision.compute_bytes + layer_bytes
+    """Full activation checkpointing: each block's input is kept, one block is recomputed at a time (Chen et al. 2016).
+
+    On a share of the blocks only (``checkpointed`` of ``layers``; knobs.checkpoint_fraction): those keep their input,
+    the others all they save (``uncheckpointed_bytes``: the total of every block kept whole, of which they take their
+    share), and one block is rebuilt while its backward runs."""
+    ckpt = layers if checkpointed is None else checkpointed
+    kept_whole = uncheckpointed_bytes * (layers - ckpt) / layers if layers else 0.0
+    return ckpt * seq_len * micro_batch * hidden * precision.compute_bytes + kept_whole + (layer_bytes if ckpt else 0.0)
+
+
+def checkpointed_blocks(blocks: int, fraction: float) -> int:
+    """Blocks that full checkpointing wraps when it wraps ``fraction`` of them: ⌊blocks × fraction⌋, spread as
+    :func:`is_checkpointed_block` picks them."""
+    return math.floor(blocks * fraction + 1e-9)
+
+
+def is_checkpointed_block(index: int, fraction: float) -> bool:
+    """Whether block ``index`` (from 0) is checkpointed when ``fraction`` of the blocks are: the blocks where
+    ⌊(i + 1)·f⌋ steps up, spread evenly; for f = 1/N every N-th block counting from 1, as torchtitan's layer-level
+    selective checkpointing wraps them (``_apply_layer_sac``: ``_layer_sac_count % ac_freq == 0``)."""
+    return math.floor((index + 1) * fraction + 1e-9) > math.floor(index * fraction + 1e-9)
 
 
 def logits_bytes(*, seq_len: int, micro_batch: int, vocab: int, precision: Precision, hidden: int = 0,

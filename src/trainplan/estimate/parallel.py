@@ -77,6 +77,9 @@ class ModelSplit:
     # pipeline_last_stage_less_layers; :func:`chunk_layers`)
     first_stage_less: int = 0
     last_stage_less: int = 0
+    # the share of the blocks full recomputation checkpoints (knobs.checkpoint_fraction: Megatron-Core's
+    # recompute_method "block" checkpoints the first recompute_num_layers blocks of each chunk, the same share per stage)
+    recompute_share: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -219,15 +222,17 @@ def stage_loads(split: ModelSplit, layout: Layout, micro_steps: int) -> tuple[St
     moe_act = block_activation_bytes(split, layout, moe=True)
     layer_act = max(dense_act, moe_act) if split.moe_layers else dense_act
     checkpoint = split.block_input / seq_tp / cp  # what full recomputation keeps of each block
-    per_block = checkpoint if split.full_recompute else (1 - moe_share) * dense_act + moe_share * moe_act
+    whole = (1 - moe_share) * dense_act + moe_share * moe_act  # a block that keeps all its activations
+    share = _recomputed(split)
+    per_block = share * checkpoint + (1 - share) * whole
     head = (split.head_replicated / seq_tp + split.head_sharded / tp) / cp
     embed = split.embedding_activations / seq_tp / cp  # sequence-parallel: scattered over tp as it leaves the embedding
     # the block full recomputation rebuilds; or a checkpointed module's saves, divided over the sequence shards only
     # (the routed experts' are; a dense MLP's are tensor-parallel too: an upper bound under tp > 1)
-    working = layer_act if split.full_recompute else split.recompute_working / seq_tp / cp
+    working = layer_act if share else split.recompute_working / seq_tp / cp
     last_extra = split.extra_last_layers  # the multi-token-prediction modules sit after the last stage's blocks
     per_rank = rank_layers(split, layout)
-    extra_acts = last_extra * (checkpoint if split.full_recompute else moe_act)
+    extra_acts = last_extra * (share * checkpoint + (1 - share) * moe_act)
 
     def load(name: str, rank: int) -> StageLoad:
         first, last = rank == 0, rank == pp - 1
@@ -315,6 +320,11 @@ def p2p_seconds(bytes_: float, within_node: bool, layout: Layout, links: Links) 
     return bytes_ / (links.inter_node_gb_s / layout.gpus_per_node * 1e9)
 
 
+def _recomputed(split: ModelSplit) -> float:
+    """The share of the blocks whose forward (and its collectives) full recomputation runs again."""
+    return split.recompute_share if split.full_recompute else 0.0
+
+
 def parallel_comm(split: ModelSplit, layout: Layout, links: Links) -> ParallelComm:
     """Model-parallel communication of one micro-batch on one pipeline stage (volumes in the module docstring)."""
     tp, cp, pp, ep = layout.tp, layout.cp, layout.pp, layout.ep
@@ -323,17 +333,17 @@ def parallel_comm(split: ModelSplit, layout: Layout, links: Links) -> ParallelCo
     act = split.tokens / cp * split.hidden * e  # one sbh activation of this rank's tokens
     tensor = 0.0
     if tp > 1:
-        collectives = 4 + (2 if split.full_recompute else 0)
+        collectives = 4 + 2 * _recomputed(split)
         tensor = per_stage * collectives * _group_seconds(act, 2, tp, 1, layout, links)
     context = 0.0
     if cp > 1:
         kv = 2 * split.tokens / cp * split.kv_dim / tp * e  # this rank's K and V chunk
-        passes = 3 + (1 if split.full_recompute else 0)  # forward K,V; backward K,V and dK,dV; recompute
+        passes = 3 + _recomputed(split)  # forward K,V; backward K,V and dK,dV; recompute
         context = per_stage * passes * (cp - 1) * p2p_seconds(kv, tp * cp <= layout.domain, layout, links)
     expert = 0.0
     if ep > 1 and split.moe_layers:
         routed = split.tokens / cp / (tp if layout.sequence_parallel else 1) * split.top_k * split.hidden * e
-        calls = 4 + (2 if split.full_recompute else 0)
+        calls = 4 + 2 * _recomputed(split)
         expert = split.moe_layers * per_stage / split.layers * calls * all_to_all_seconds(routed, ep, layout, links)
     pipeline = 0.0
     if pp > 1:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from trainplan.catalog import Catalog
 from trainplan.errors import SpecError
-from trainplan.spec import (Checkpointing, FusedKernels, LossImpl, Optimizer, Precision, RecomputeModule, SelectiveRecompute,
+from trainplan.spec import (Checkpointing, FusedKernels, LossImpl, Method, Optimizer, Precision, RecomputeModule, SelectiveRecompute,
                             Stack, TorchJob, TransformerJob)  # fmt: skip
 from trainplan.strategies import Engine
 
@@ -24,7 +24,8 @@ KNOB_NAMES = ("loss", "loss_chunks", "loss_chunk_tokens", "compile", "optimizer_
               "fused_optimizer", "paged_optimizer", "unsharded_accumulation", "frozen_weight_gradients",
               "frozen_weights_fp32", "loss_upcast", "fused_kernels", "qlora_fp32_params", "tf32_matmul", "fp8_all_gather",
               "selective_recompute", "moe_fp32_combine", "moe_fused_activation", "compile_loss",
-              "recompute_modules", "lora_fp32_adapters", "pipeline_first_stage_less_layers", "pipeline_last_stage_less_layers")  # fmt: skip
+              "recompute_modules", "lora_fp32_adapters", "pipeline_first_stage_less_layers", "pipeline_last_stage_less_layers",
+              "checkpoint_fraction")  # fmt: skip
 _ENUMS = (LossImpl, FusedKernels, SelectiveRecompute)
 # whose LoRA layers a stack trains (stacks.yaml lora_implementation): the three measured, or its own (counted as before)
 LORA_IMPLEMENTATIONS = ("peft", "torchtune", "litgpt", "own")
@@ -65,6 +66,7 @@ class Knobs:
     # blocks' worth of a pipeline split the embedding and the output layer take (estimate/parallel.py chunk_layers)
     pipeline_first_stage_less_layers: int = 0
     pipeline_last_stage_less_layers: int = 0
+    checkpoint_fraction: float = 1.0  # activation_checkpointing: full — the share of the blocks checkpointed
     engines: tuple[Engine, ...] = (Engine.TORCH, Engine.FSDP, Engine.DEEPSPEED)
     notes: tuple[str, ...] = ()  # which explicit knob overrode which stack default
 
@@ -113,7 +115,7 @@ def effective_knobs(job: TorchJob | TransformerJob, catalog: Catalog) -> Knobs:
                         field="knobs.loss")  # fmt: skip
     for key in ("frozen_weights_fp32", "loss_upcast", "fused_kernels", "qlora_fp32_params", "selective_recompute",
                 "moe_fp32_combine", "moe_fused_activation", "compile_loss", "recompute_modules", "lora_fp32_adapters",
-                "pipeline_first_stage_less_layers", "pipeline_last_stage_less_layers"):
+                "pipeline_first_stage_less_layers", "pipeline_last_stage_less_layers", "checkpoint_fraction"):
         if isinstance(job, TorchJob) and key in explicit:
             raise SpecError("applies to language-model (kind: transformer) jobs; a traced model keeps what its own code "
                             "keeps", field=f"knobs.{key}")  # fmt: skip
@@ -138,6 +140,13 @@ def effective_knobs(job: TorchJob | TransformerJob, catalog: Catalog) -> Knobs:
         if entry.get("lora_implementation") != "peft":
             raise SpecError(f"says what dtype PEFT gives LoRA adapters; {job.stack.value}'s LoRA layers are its own, "
                             "not PEFT's", field="knobs.lora_fp32_adapters")  # fmt: skip
+    if merged.get("checkpoint_fraction") is not None and isinstance(job, TransformerJob):
+        if job.activation_checkpointing is not Checkpointing.FULL:
+            raise SpecError("is the share of the blocks full checkpointing recomputes: it needs activation_checkpointing: "
+                            "full", field="knobs.checkpoint_fraction")  # fmt: skip
+        if job.method is not Method.FULL:
+            raise SpecError("checkpoints a share of the blocks in full training (torchtitan, Megatron-Core); LoRA and "
+                            "QLoRA checkpoint every block or none", field="knobs.checkpoint_fraction")  # fmt: skip
     if merged.get("fp8_all_gather") and job.precision is not Precision.FP8:
         raise SpecError("all-gathers the float8 linears' weights in FP8: it needs precision: fp8", field="knobs.fp8_all_gather")
     if "compile_loss" in explicit and not merged.get("compile"):
@@ -175,6 +184,7 @@ def effective_knobs(job: TorchJob | TransformerJob, catalog: Catalog) -> Knobs:
         fused_qkv_view=bool(entry.get("attention_keeps_fused_qkv", False)),
         pipeline_first_stage_less_layers=int(merged.get("pipeline_first_stage_less_layers", 0)),
         pipeline_last_stage_less_layers=int(merged.get("pipeline_last_stage_less_layers", 0)),
+        checkpoint_fraction=float(merged.get("checkpoint_fraction") or 1.0),
         engines=tuple(Engine(e) for e in entry.get("engines", [e.value for e in Engine])),
         notes=tuple(notes),
     )

@@ -242,6 +242,7 @@ def trace_transformer_job(job: TransformerJob, catalog: Catalog | None = None) -
         precision=job.precision,
         optimizer=job.optimizer,
         activation_checkpointing=job.activation_checkpointing,
+        checkpoint_fraction=knobs.checkpoint_fraction,
         loss=loss,
         lora=job.lora_spec,
         qlora=job.method is Method.QLORA,

@@ -18,6 +18,7 @@ from trainplan.estimate.compute import memory_bound_bytes_per_token, training_st
 from trainplan.estimate.memory import (
     LoraSaves,
     checkpointed_activation_bytes,
+    checkpointed_blocks,
     dequantized_weight_bytes,
     frozen_weight_cast_bytes,
     layer_activation_bytes,
@@ -186,6 +187,15 @@ def _flash(job: TransformerJob, arch: ModelArch) -> bool:
     if job.flash_attention is FlashAttention.AUTO and arch.attention_sinks and job.stack is not Stack.TORCHTITAN:
         return False
     return job.flash_attention is not FlashAttention.FALSE
+
+
+def _checkpoint_notes(job: TransformerJob, arch: ModelArch, k: Knobs) -> tuple[str, ...]:
+    """Which blocks full checkpointing wraps when knobs.checkpoint_fraction says a share of them."""
+    if job.activation_checkpointing is not Checkpointing.FULL or k.checkpoint_fraction >= 1.0:
+        return ()
+    blocks = arch.blocks + arch.mtp_layers
+    return (f"full checkpointing on {checkpointed_blocks(blocks, k.checkpoint_fraction)} of {blocks} blocks "
+            f"(knobs.checkpoint_fraction {k.checkpoint_fraction:g}); the others keep all their activations",)
 
 
 def _attention_notes(job: TransformerJob, arch: ModelArch) -> tuple[str, ...]:
@@ -544,13 +554,16 @@ def block_activation_bytes(job: TransformerJob, arch: ModelArch, knobs: Knobs | 
             rest = max(rest, whole_moe - moe)
         return total + max(0.0, rest)
     if job.activation_checkpointing is Checkpointing.FULL:
+        blocks = arch.blocks + arch.mtp_layers
         return checkpointed_activation_bytes(
-            layers=arch.blocks + arch.mtp_layers,
+            layers=blocks,
             layer_bytes=per_layer,
             seq_len=job.seq_len,
             micro_batch=job.micro_batch,
             hidden=arch.hidden,
             precision=job.precision,
+            checkpointed=checkpointed_blocks(blocks, k.checkpoint_fraction),
+            uncheckpointed_bytes=total,
         )
     return total + module_recompute_working(job, arch, k)
 
@@ -706,6 +719,14 @@ def fp8_gemm_terms(job: TransformerJob, arch: ModelArch) -> tuple[float, tuple[f
     return float(weights), (forward, backward)
 
 
+def recompute_share(job: TransformerJob, arch: ModelArch, k: Knobs) -> float:
+    """The share of the blocks full checkpointing recomputes (1 unless knobs.checkpoint_fraction says fewer)."""
+    if job.activation_checkpointing is not Checkpointing.FULL:
+        return 1.0
+    blocks = arch.blocks + arch.mtp_layers
+    return checkpointed_blocks(blocks, k.checkpoint_fraction) / blocks if blocks else 1.0
+
+
 def model_split(job: TransformerJob, m: TransformerModel, knobs: Knobs) -> ModelSplit | None:
     """What tensor / pipeline / context / expert parallelism divides (estimate/parallel.py), for full training of
     a decoder-only model; None otherwise (encoder-decoder stacks and adapters are planned data parallel only)."""
@@ -747,6 +768,7 @@ def model_split(job: TransformerJob, m: TransformerModel, knobs: Knobs) -> Model
         expert_activations=expert,
         block_input=tokens * arch.hidden * e,
         full_recompute=job.activation_checkpointing is Checkpointing.FULL,
+        recompute_share=recompute_share(job, arch, knobs),
         head_replicated=min(head, head_replicated),
         head_sharded=max(0.0, head - head_replicated),
         # Megatron's first stage also keeps the int64 input ids and, with dropout, the embedding's 1-byte mask
@@ -775,6 +797,7 @@ def transformer_profile(job: TransformerJob, catalog: Catalog | None = None, *, 
         seq_len=job.seq_len,
         attn_dim=attention_flops_width(arch, job.seq_len),
         checkpointing=job.activation_checkpointing,
+        recompute_share=recompute_share(job, arch, knobs),
         lm_head_params=arch.vocab * arch.hidden if arch.has_lm_head else 0,
         causal_fused_attention=_flash(job, arch) and arch.arch == "decoder",
         block_bytes_per_token=memory_bound_bytes_per_token(arch, job.precision, seq_len=job.seq_len,
@@ -836,7 +859,7 @@ def transformer_profile(job: TransformerJob, catalog: Catalog | None = None, *, 
         items_per_sample=job.seq_len,
         throughput_unit="tokens_per_s",
         mfu_width=arch.hidden,
-        notes=knobs.notes + _attention_notes(job, arch),
+        notes=knobs.notes + _attention_notes(job, arch) + _checkpoint_notes(job, arch, knobs),
         engines=knobs.engines,
         stack=job.stack.value,
         split=model_split(job, m, knobs),

@@ -28,6 +28,7 @@ from torch.utils.checkpoint import (
     create_selective_checkpoint_contexts,
 )
 
+from trainplan.estimate.memory import is_checkpointed_block
 from trainplan.spec import Checkpointing
 
 if TYPE_CHECKING:
@@ -146,18 +147,28 @@ def _wrap_forward(module: nn.Module, context_fn: Callable[[], Any]) -> None:
     module.forward = forward  # type: ignore[method-assign]
 
 
-def apply_activation_checkpointing(model: nn.Module, mode: Checkpointing) -> str:
+def apply_activation_checkpointing(model: nn.Module, mode: Checkpointing, fraction: float = 1.0) -> str:
     """Enable checkpointing on ``model`` in place; returns what was wrapped, in words.
 
     Hugging Face models use their own ``activation_checkpointing_enable`` /
     ``gradient_checkpointing_enable`` (non-reentrant), other models get their
     blocks (:func:`find_checkpoint_blocks`) wrapped in
-    ``torch.utils.checkpoint.checkpoint(use_reentrant=False)``.
+    ``torch.utils.checkpoint.checkpoint(use_reentrant=False)``.  With ``fraction`` < 1 (full checkpointing on a
+    share of the blocks: knobs.checkpoint_fraction) only the blocks :func:`memory.is_checkpointed_block` picks are
+    wrapped, Hugging Face decoder layers included; the others keep all their activations.
     """
     if mode is Checkpointing.NONE:
         return "none"
     context_fn = _context_fn(mode)
     kwargs = {"use_reentrant": False, "context_fn": context_fn}
+    if fraction < 1.0:
+        if mode is not Checkpointing.FULL:
+            raise ValueError("a share of the blocks is checkpointed under full checkpointing only")
+        chosen = [(n, b) for i, (n, b) in enumerate(find_checkpoint_blocks(model)) if is_checkpointed_block(i, fraction)]
+        for _, block in chosen:
+            _wrap_forward(block, context_fn)
+        names = ", ".join(n for n, _ in chosen[:4]) + (", ..." if len(chosen) > 4 else "")
+        return f"full on {len(chosen)} of the blocks ({names})"
     if getattr(model, "supports_gradient_checkpointing", False):
         enable = getattr(model, "activation_checkpointing_enable", None)
         if callable(enable):

@@ -37,19 +37,21 @@ def prepare_model(
     *,
     precision: Precision,
     checkpointing: Checkpointing = Checkpointing.NONE,
+    checkpoint_fraction: float = 1.0,
     lora: LoraLike | None = None,
     qlora: bool = False,
     lora_backend: str = "auto",
 ) -> PreparedModel:
     """Cast, LoRA-wrap and checkpoint ``model`` for one training step (in train mode).
 
-    ``lora_backend``: ``"peft"``, ``"builtin"`` or ``"auto"`` (peft when importable).
+    ``lora_backend``: ``"peft"``, ``"builtin"`` or ``"auto"`` (peft when importable); ``checkpoint_fraction``: the share
+    of the blocks full checkpointing wraps (knobs.checkpoint_fraction).
     """
     model.train()
     if getattr(model, "config", None) is not None and hasattr(model.config, "use_cache"):
         model.config.use_cache = False  # no KV cache while training
     cast_floating(model, master_dtype(precision))
-    ckpt = apply_activation_checkpointing(model, checkpointing)
+    ckpt = apply_activation_checkpointing(model, checkpointing, checkpoint_fraction)
     if lora is None:
         if qlora:
             raise ValueError("qlora needs lora settings")

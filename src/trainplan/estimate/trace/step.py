@@ -60,6 +60,7 @@ def trace_training_step(
     precision: str | Precision = "bf16",
     optimizer: str | Optimizer = "adamw",
     activation_checkpointing: str | Checkpointing = "none",
+    checkpoint_fraction: float = 1.0,
     loss: LossLike = "mean",
     lora: LoraLike | None = None,
     qlora: bool = False,
@@ -79,7 +80,8 @@ def trace_training_step(
     # Build and configure on the meta device: no memory, no init compute, and Module.to works there.
     with torch.device("meta"):
         model = _build(build_model)
-        prepared = _prepare(model, settings, lora=lora, qlora=qlora, lora_backend=lora_backend)
+        prepared = _prepare(model, settings, lora=lora, qlora=qlora, lora_backend=lora_backend,
+                            checkpoint_fraction=checkpoint_fraction)
     with FakeTensorMode(allow_non_fake_inputs=True):
         model = _materialize(prepared)
         batch = _batch(make_batch, micro_batch, settings)
@@ -137,7 +139,8 @@ def _build(build_model: Callable[[], nn.Module]) -> nn.Module:
 
 
 def _prepare(
-    model: nn.Module, settings: _Settings, *, lora: LoraLike | None, qlora: bool, lora_backend: str
+    model: nn.Module, settings: _Settings, *, lora: LoraLike | None, qlora: bool, lora_backend: str,
+    checkpoint_fraction: float = 1.0,
 ) -> PreparedModel:
     """Precision casts, activation checkpointing and LoRA, as the job asks (on the meta device)."""
     with stage("cannot configure the model"):
@@ -145,6 +148,7 @@ def _prepare(
             model,
             precision=settings.precision,
             checkpointing=settings.checkpointing,
+            checkpoint_fraction=checkpoint_fraction,
             lora=lora,
             qlora=qlora,
             lora_backend=lora_backend,

@@ -175,7 +175,11 @@ def arguments(plan: LaunchPlan, arch: ModelArch) -> list[str]:
         if job.knobs.recompute_modules is not None:  # the modules the plan was estimated with (Megatron-Core >= 0.13)
             args += ["--recompute-modules", *sorted(m.value for m in job.knobs.recompute_modules)]
     elif job.activation_checkpointing is Checkpointing.FULL:
-        args += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+        blocks = _checkpointed_per_chunk(plan, arch)
+        if blocks is None:
+            args += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+        else:  # the first `blocks` layers of each chunk checkpointed, the rest not (Megatron-Core recompute_method block)
+            args += ["--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", str(blocks)]
     if plan.config.checkpoint_every:
         args += ["--save-interval", str(plan.config.checkpoint_every)]
     return args
@@ -198,6 +202,26 @@ def _split_weights(plan: LaunchPlan) -> tuple[int, int]:
         raise unsupported(plan, "the embedding and loss counted as pipeline layers are rendered for Megatron-LM without "
                                 "virtual stages: use vpp 1 or set both pipeline_*_stage_less_layers knobs to 0")  # fmt: skip
     return first, last
+
+
+def _checkpointed_per_chunk(plan: LaunchPlan, arch: ModelArch) -> int | None:
+    """Layers of each model chunk that full recomputation checkpoints when knobs.checkpoint_fraction is set (None: all,
+    the uniform method).  Megatron-Core's ``block`` method checkpoints the first ``recompute_num_layers`` layers of each
+    chunk (TransformerBlock ``_checkpointed_forward``), the same share as the plan's only where the chunks are equal and
+    the share of each is a whole number of layers."""
+    fraction = effective_knobs(plan.job, get_catalog()).checkpoint_fraction
+    if fraction >= 1.0:
+        return None
+    layout = plan.layout
+    chunks = layout.pp * layout.vpp
+    first, last = _split_weights(plan)
+    per_chunk = arch.layers / chunks
+    blocks = per_chunk * fraction
+    if first or last or per_chunk != int(per_chunk) or abs(blocks - round(blocks)) > 1e-9 or round(blocks) < 1:
+        raise unsupported(plan, f"Megatron-LM checkpoints the first N layers of each of the {chunks} model chunk(s) "
+                                f"(--recompute-method block): knobs.checkpoint_fraction {fraction:g} of {per_chunk:g} layers "
+                                "a chunk must be a whole number, with no embedding or loss counted in the split")  # fmt: skip
+    return round(blocks)
 
 
 def _check_layers(plan: LaunchPlan, arch: ModelArch) -> None:

@@ -110,6 +110,11 @@ def check(plan: LaunchPlan) -> TitanModel:
         want = "fp8" if model.float8 else "bf16"
         raise unsupported(plan, f"torchtitan {TORCHTITAN_VERSION}'s {model.config} {recipe}; the plan's precision is "
                             f"{job.precision.value} — set precision: {want} to render it")  # fmt: skip
+    if effective_knobs(job, get_catalog()).checkpoint_fraction < 1.0:
+        # activation_checkpoint.py of 0.3.0: FullAC and SelectiveAC wrap every block (ActivationCheckpointing.apply);
+        # the layer-level option of earlier releases (selective_ac_option "N") is gone
+        raise unsupported(plan, f"torchtitan {TORCHTITAN_VERSION} checkpoints every block or none; knobs.checkpoint_fraction "
+                                "(a share of the blocks) renders with --to megatron or runs with trainplan run / --to torchrun")  # fmt: skip
     layout = plan.layout
     if layout.cp > 1 and job.seq_len % (2 * layout.cp):
         raise unsupported(plan, f"torchtitan's context parallel (head-tail load balancing) splits each sequence into "

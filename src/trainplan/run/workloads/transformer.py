@@ -23,7 +23,9 @@ from typing import Any
 
 import torch
 
+from trainplan.catalog import get_catalog
 from trainplan.errors import SpecError
+from trainplan.estimate.stack import effective_knobs
 from trainplan.run.workloads.checks import attention, check_random_init_split, check_supported, resolve_arch
 from trainplan.run.workloads.common import NeuralWorkload, batch_generator, parameter_count
 from trainplan.model import ModelArch
@@ -57,7 +59,8 @@ def finish_model(model: torch.nn.Module, job: TransformerJob, arch: ModelArch) -
         # selective activation checkpointing, torchtitan's "op" mode) — it used to recompute everything, as full
         from trainplan.estimate.trace.checkpointing import apply_activation_checkpointing
 
-        apply_activation_checkpointing(model, job.activation_checkpointing)
+        apply_activation_checkpointing(model, job.activation_checkpointing,
+                                       effective_knobs(job, get_catalog()).checkpoint_fraction)
     lora = job.lora_spec
     if lora is not None:
         from peft import LoraConfig, get_peft_model

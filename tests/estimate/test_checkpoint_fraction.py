@@ -1,0 +1,108 @@
+"""knobs.checkpoint_fraction: full activation checkpointing on a share of the blocks (torchtitan's former layer-level
+option, Megatron-Core's ``recompute_method: block``).
+
+The formulas are checked term by term against the same job with every block checkpointed and with none, and against
+a trace of the real model, where ``torch.utils.checkpoint`` wraps the chosen blocks and autograd decides what stays."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainplan.catalog import get_catalog
+from trainplan.cli.main import main
+from trainplan.errors import SpecError
+from trainplan.estimate.memory import checkpointed_blocks, is_checkpointed_block
+from trainplan.estimate.parallel import stage_loads
+from trainplan.estimate.stack import effective_knobs
+from trainplan.estimate.transformer import block_activation_bytes, resolve_transformer, transformer_profile
+from trainplan.spec import parse_job
+from trainplan.strategies import Layout
+
+CAT = get_catalog()
+TINY = {"layers": 8, "hidden": 256, "heads": 4, "kv_heads": 4, "ffn_hidden": 688, "vocab": 1000, "max_seq_len": 512}
+
+
+def job(fraction: float | None, *, model: object = "llama-3-8b", ac: str = "full", **kw: object):
+    data = {"kind": "transformer", "model": model, "method": "full", "seq_len": 4096, "micro_batch": 1,
+            "global_batch": 8, "precision": "bf16", "optimizer": "adamw", "activation_checkpointing": ac,
+            "tokens": 1e9}  # fmt: skip
+    if fraction is not None:
+        data["knobs"] = {"checkpoint_fraction": fraction}
+    data.update(kw)
+    return parse_job(data)
+
+
+def acts(j) -> float:  # noqa: ANN001
+    return block_activation_bytes(j, resolve_transformer(j, CAT).arch, effective_knobs(j, CAT))
+
+
+def test_the_blocks_chosen_are_torchtitans_every_nth() -> None:
+    """For a share 1/N the wrapped blocks are torchtitan's layer-level ones: the N-th, 2N-th … counting from 1."""
+    for n in (1, 2, 3, 4):
+        assert [i for i in range(32) if is_checkpointed_block(i, 1 / n)] == [i for i in range(32) if (i + 1) % n == 0]
+    assert checkpointed_blocks(32, 0.75) == sum(is_checkpointed_block(i, 0.75) for i in range(32)) == 24
+    assert checkpointed_blocks(80, 0.1) == 8 and checkpointed_blocks(3, 0.2) == 0
+
+
+def test_each_checkpointed_block_trades_its_activations_for_its_input() -> None:
+    """Llama-3-8B (32 blocks): all blocks checkpointed is the default; each block left out of the share adds what a
+    block keeps whole and gives back its s·b·h input, the one rebuilt block staying the same."""
+    full, none = acts(job(None)), acts(job(None, ac="none"))
+    assert acts(job(1.0)) == full
+    arch = resolve_transformer(job(None), CAT).arch
+    block_input = 4096 * arch.hidden * 2
+    step = (none / 32) - block_input  # one block kept whole instead of checkpointed
+    for f, k in ((0.75, 24), (0.5, 16), (0.25, 8)):
+        assert acts(job(f)) == pytest.approx(full + (32 - k) * step, rel=1e-12)
+
+
+def test_the_recompute_flops_scale_with_the_share() -> None:
+    full = transformer_profile(job(None), CAT).flops
+    half = transformer_profile(job(0.5), CAT).flops
+    assert half.recompute == pytest.approx(full.recompute / 2, rel=1e-12)
+    assert (half.forward, half.backward) == (full.forward, full.backward)
+    assert half.split.bytes_backward < full.split.bytes_backward
+
+
+def test_a_pipeline_stage_keeps_the_share_of_its_blocks_whole() -> None:
+    """The split (estimate/parallel.py): per block, share × input + (1 − share) × the whole block — linear in the share."""
+    loads = {f: stage_loads(transformer_profile(job(f, model="llama-3.1-70b"), CAT).split,
+                            Layout(8, 4, tp=8, pp=4, sequence_parallel=True), 16)[0].activations
+             for f in (1.0, 0.75, 0.5)}  # fmt: skip
+    assert loads[0.75] > loads[1.0]
+    assert loads[0.5] - loads[0.75] == pytest.approx(loads[0.75] - loads[1.0], rel=1e-9)
+
+
+def test_the_trace_wraps_the_share_and_autograd_agrees() -> None:
+    """A trace of a tiny Llama (real autograd, torch.utils.checkpoint on the chosen blocks): its recomputed FLOPs are the
+    share of all blocks', its activations grow by the same amount for each block left whole, and the formulas' step
+    per block is the trace's within 15% (the formulas' per-block count against autograd's, at this tiny width)."""
+    from trainplan.estimate.torchjob import trace_transformer_job
+
+    small = dict(model=TINY, seq_len=256, micro_batch=2, global_batch=2)
+    traced = {f: trace_transformer_job(job(f, **small), CAT) for f in (1.0, 0.75, 0.5, 0.25)}
+    assert traced[0.5].flops.recompute == pytest.approx(traced[1.0].flops.recompute / 2, rel=0.01)
+    assert traced[0.25].flops.recompute == pytest.approx(traced[1.0].flops.recompute / 4, rel=0.01)
+    steps = [traced[b].memory.activations - traced[a].memory.activations for a, b in ((0.75, 0.5), (0.5, 0.25))]
+    assert steps[0] > 0 and steps[1] == pytest.approx(steps[0], rel=0.02)  # 2 blocks whole more, each time
+    analytic = acts(job(0.25, **small)) - acts(job(0.5, **small))
+    assert analytic == pytest.approx(steps[1], rel=0.15)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"activation_checkpointing": "selective"}, "needs activation_checkpointing: full"),
+    ({"method": "lora"}, "LoRA and QLoRA checkpoint every block or none"),
+])  # fmt: skip
+def test_a_share_without_full_checkpointing_of_full_training_is_refused(change: dict, message: str) -> None:
+    with pytest.raises(SpecError, match=message) as err:
+        effective_knobs(job(0.5, **change), CAT)
+    assert err.value.field == "knobs.checkpoint_fraction"
+
+
+def test_the_cli_refuses_a_share_out_of_range_in_one_line(tmp_path, capsys) -> None:  # noqa: ANN001
+    path = tmp_path / "job.yaml"
+    path.write_text("kind: transformer\nmodel: llama-3-8b\nseq_len: 4096\nactivation_checkpointing: full\n"
+                    "micro_batch: 1\ntokens: 1.0e9\nknobs:\n  checkpoint_fraction: 1.5\n")  # fmt: skip
+    assert main(["estimate", str(path), "--gpu", "H100-80GB"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "knobs.checkpoint_fraction" in err and "\n" not in err and "Traceback" not in err
