@@ -106,3 +106,20 @@ def test_the_cli_refuses_a_share_out_of_range_in_one_line(tmp_path, capsys) -> N
     assert main(["estimate", str(path), "--gpu", "H100-80GB"]) == 2
     err = capsys.readouterr().err.strip()
     assert "knobs.checkpoint_fraction" in err and "\n" not in err and "Traceback" not in err
+
+
+def test_a_share_that_does_not_fit_is_told_to_checkpoint_every_block() -> None:
+    """Llama-3-8B at 8K tokens, micro-batch 2, FSDP on 8 H100s: a quarter of the blocks checkpointed does not fit, every
+    block does — and the fit hint says so."""
+    from trainplan.catalog import find_accelerator
+    from trainplan.estimate.compose import compose
+    from trainplan.estimate.hardware import hardware_for_gpu
+    from trainplan.planner.core import fit_hint
+    from trainplan.strategies import Strategy
+
+    quarter = job(0.25, seq_len=8192, micro_batch=2, global_batch=16)
+    hw = hardware_for_gpu(find_accelerator("H100-80GB", CAT), CAT, gpus=8)
+    assert not compose(quarter, transformer_profile(quarter, CAT), hw, Strategy.FSDP, CAT).fits
+    every = job(None, seq_len=8192, micro_batch=2, global_batch=16)
+    assert compose(every, transformer_profile(every, CAT), hw, Strategy.FSDP, CAT).fits
+    assert "fits with activation checkpointing on every block (knobs.checkpoint_fraction: 1)" in fit_hint(quarter, hw, Strategy.FSDP, CAT)

@@ -355,6 +355,10 @@ def hint_remedies(job: Job, catalog: Catalog, profile: StepProfile) -> tuple[tup
     changes: list[list[tuple[str, dict[str, object]]]] = []
     if job.activation_checkpointing is not Checkpointing.FULL:
         changes.append([("activation_checkpointing: full", {"activation_checkpointing": Checkpointing.FULL})])
+    elif job.knobs.checkpoint_fraction is not None and job.knobs.checkpoint_fraction < 1:
+        # full checkpointing on a share of the blocks only: every block checkpointed is the remedy
+        changes.append([("activation checkpointing on every block (knobs.checkpoint_fraction: 1)",
+                         {"knobs": job.knobs.model_copy(update={"checkpoint_fraction": None})})])
     if job.method is Method.FULL:
         changes.append([("method: lora", {"method": Method.LORA}),
                         ("method: lora, lora.targets: [all-linear]",
