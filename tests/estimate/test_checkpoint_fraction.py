@@ -123,3 +123,37 @@ def test_a_share_that_does_not_fit_is_told_to_checkpoint_every_block() -> None:
     every = job(None, seq_len=8192, micro_batch=2, global_batch=16)
     assert compose(every, transformer_profile(every, CAT), hw, Strategy.FSDP, CAT).fits
     assert "fits with activation checkpointing on every block (knobs.checkpoint_fraction: 1)" in fit_hint(quarter, hw, Strategy.FSDP, CAT)
+
+
+def test_estimate_finds_the_fewest_blocks_to_checkpoint(tmp_path, capsys) -> None:  # noqa: ANN001
+    """`estimate --max-micro-batch` under full checkpointing: the fewest checkpointed blocks that still fit outside the
+    error band — one fewer does not — and the step time that saves (each whole block is not run again)."""
+    import json
+
+    from trainplan.catalog import find_accelerator
+    from trainplan.estimate.compose import compose
+    from trainplan.estimate.hardware import hardware_for_gpu
+    from trainplan.planner.fit import least_checkpointing
+    from trainplan.strategies import Strategy
+
+    j = job(None, seq_len=8192, global_batch=16)
+    hw = hardware_for_gpu(find_accelerator("H100-80GB", CAT), CAT, gpus=8)
+    e = compose(j, transformer_profile(j, CAT), hw, Strategy.FSDP, CAT)
+    fit = least_checkpointing(j, e, CAT)
+    assert fit is not None and 0 < fit.checkpointed < fit.blocks == 32
+
+    def at(k: int):  # noqa: ANN202
+        jk = job(k / 32, seq_len=8192, global_batch=16)
+        return compose(jk, transformer_profile(jk, CAT), hw, Strategy.FSDP, CAT)
+
+    assert at(fit.checkpointed).fits and not at(fit.checkpointed).borderline
+    assert not (at(fit.checkpointed - 1).fits and not at(fit.checkpointed - 1).borderline)
+    assert fit.step_time_s == at(fit.checkpointed).step_time_s < e.step_time_s == fit.job_step_time_s
+    assert least_checkpointing(job(None, ac="selective"), e, CAT) is None  # only under full checkpointing
+    path = tmp_path / "job.yaml"
+    path.write_text("kind: transformer\nmodel: llama-3-8b\nseq_len: 8192\nmicro_batch: 1\nglobal_batch: 16\n"
+                    "activation_checkpointing: full\ntokens: 1.0e9\n")  # fmt: skip
+    assert main(["estimate", str(path), "--gpu", "H100-80GB", "--gpus", "8", "--strategy", "fsdp", "--max-micro-batch",
+                 "--json"]) == 0  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    assert out["checkpoint_fit"]["fewest_checkpointed_blocks"] == fit.checkpointed

@@ -15,9 +15,9 @@ from trainplan.errors import SpecError
 from trainplan.estimate.hardware import Hardware, hardware_for_gpu, hardware_for_instance, with_layout
 from trainplan.planner.calibrated import efficiency_lookup
 from trainplan.planner.core import estimate_option
-from trainplan.planner.fit import micro_batch_fit
+from trainplan.planner.fit import least_checkpointing, micro_batch_fit
 from trainplan.planner.local import cpus_hardware
-from trainplan.spec import TabularJob
+from trainplan.spec import TabularJob, TransformerJob
 from trainplan.cli.tables import estimate_panel
 from trainplan.strategies import Layout, Strategy
 
@@ -69,10 +69,17 @@ def estimate_command(
         if isinstance(job, TabularJob):
             raise SpecError("applies to neural jobs (kind: transformer or torch), not to tabular jobs", field="--max-micro-batch")
         fit = micro_batch_fit(job, e, catalog, trace=trace)
+    # under full checkpointing: the fewest blocks checkpointed that still fit (from the formulas)
+    lighter = least_checkpointing(job, e, catalog) if max_micro_batch and isinstance(job, TransformerJob) and not trace else None
     if json_out:
-        typer.echo(dump_json(dict(e.to_dict(), **({"micro_batch_fit": fit.to_dict()} if fit else {}))))
+        extra = {"micro_batch_fit": fit.to_dict()} if fit else {}
+        if lighter is not None:
+            extra["checkpoint_fit"] = lighter.to_dict()
+        typer.echo(dump_json(dict(e.to_dict(), **extra)))
         return
     console = Console(width=None if Console().is_terminal else 120)
     console.print(estimate_panel(e))
     if fit is not None:
         console.print(f"[bold]largest micro-batch[/] {escape(fit.text)}")
+    if lighter is not None:
+        console.print(f"[bold]least checkpointing[/] {escape(lighter.text)}")

@@ -17,8 +17,10 @@ from trainplan.estimate.compose import compose
 from trainplan.estimate.hardware import Hardware
 from trainplan.estimate.profile import ProfileSource, StepProfile
 from trainplan.estimate.result import Estimate, Rejection, RejectKind
-from trainplan.estimate.transformer import transformer_profile
-from trainplan.spec import TorchJob, TransformerJob
+from trainplan.estimate.memory import checkpointed_blocks
+from trainplan.estimate.stack import effective_knobs
+from trainplan.estimate.transformer import resolve_transformer, transformer_profile
+from trainplan.spec import Checkpointing, TorchJob, TransformerJob
 from trainplan.strategies import Strategy
 
 MAX_MICRO_BATCH = 1 << 16  # search bound: beyond this a step is no longer "a micro-batch"
@@ -148,6 +150,59 @@ def max_micro_batch(job: TorchJob | TransformerJob, profile: StepProfile, hw: Ha
         if longest:
             text += f"; at micro-batch 1 sequences up to {longest} tokens fit"
     return MicroBatchFit(best, accumulation, global_batch, longest, text)
+
+
+@dataclass(frozen=True)
+class CheckpointFit:
+    """Under full checkpointing: the fewest blocks checkpointed that still fit, and the step time that saves."""
+
+    blocks: int  # the model's blocks
+    checkpointed: int  # the fewest checkpointed that fit (the job's own count when none fewer does)
+    step_time_s: float  # at that count
+    job_step_time_s: float  # at the job's own count
+    text: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {"blocks": self.blocks, "fewest_checkpointed_blocks": self.checkpointed,
+                "checkpoint_fraction": self.checkpointed / self.blocks, "step_time_s": self.step_time_s,
+                "job_step_time_s": self.job_step_time_s, "text": self.text}  # fmt: skip
+
+
+def _clear(e: Estimate) -> bool:
+    return e.fits and not e.borderline
+
+
+def least_checkpointing(job: TransformerJob, e: Estimate, catalog: Catalog) -> CheckpointFit | None:
+    """The fewest blocks full checkpointing can wrap (knobs.checkpoint_fraction) with the option of ``e`` still fitting
+    and not borderline (:attr:`Estimate.borderline`: a suggestion to spend memory leaves the estimator's measured error
+    band free).  Each block left whole keeps its activations but is not run again in backward; memory grows as blocks
+    are left whole, so the count is found by bisection over re-composed estimates.  None unless the job checkpoints
+    fully (from the formulas) and ``e`` fits."""
+    if job.activation_checkpointing is not Checkpointing.FULL or not e.fits:
+        return None
+    strategy = Strategy(e.strategy)
+    arch = resolve_transformer(job, catalog).arch
+    blocks = arch.blocks + arch.mtp_layers
+    current = checkpointed_blocks(blocks, effective_knobs(job, catalog).checkpoint_fraction)
+
+    def at(k: int) -> Estimate:
+        share = None if k >= blocks else k / blocks
+        knobs = job.knobs.model_copy(update={"checkpoint_fraction": share})
+        j = job if k == current else job.model_copy(update={"knobs": knobs})
+        return compose(j, transformer_profile(j, catalog), e.hardware, strategy, catalog)
+
+    # the largest number of whole blocks that fits outside the error band (0 when only the job's own count does)
+    whole = _largest(lambda n: _clear(at(current - n)), 0, current)
+    fewest = current - max(whole, 0)
+    best = at(fewest)
+    if fewest == current:
+        text = f"checkpointing fewer than {current} of the {blocks} blocks does not fit outside the estimator's error band"
+    else:
+        saved = 1 - best.step_time_s / e.step_time_s
+        text = (f"checkpointing {fewest} of the {blocks} blocks fits outside the error band (knobs.checkpoint_fraction: "
+                f"{fewest / blocks:.3g}); "
+                f"step {best.step_time_s:.3g} s instead of {e.step_time_s:.3g} s ({saved:.0%} less)")
+    return CheckpointFit(blocks, fewest, best.step_time_s, e.step_time_s, text)
 
 
 def micro_batch_fit(job: TorchJob | TransformerJob, e: Estimate, catalog: Catalog, *,
