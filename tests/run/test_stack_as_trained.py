@@ -18,6 +18,10 @@ def test_a_plain_job_trains_as_planned() -> None:
     assert as_trained(job) == (job, None)
     tf32 = parse_job({**JOB, "knobs": {"tf32_matmul": True}})  # honoured by the worker: nothing to say
     assert as_trained(tf32) == (tf32, None)
+    # the share of the layers checkpointed: the workload wraps that share (run/workloads/transformer.py finish_model)
+    share = parse_job({**JOB, "model": {**LLAMA, "layers": 4}, "activation_checkpointing": "full",
+                       "knobs": {"checkpoint_fraction": 0.5}})  # fmt: skip
+    assert as_trained(share) == (share, None)
 
 
 def test_another_stack_is_predicted_as_plain_with_what_differs_named() -> None:

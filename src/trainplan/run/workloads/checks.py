@@ -151,8 +151,10 @@ def check_loss(loss: str) -> None:
 
 
 #: Knobs the built-in workloads apply as the estimate prices them (run/worker.py allow_tf32_matmul,
-#: run/workloads/transformer.py for qlora_fp32_params); every other knob is the plain stack's, whatever the job says.
-HONOURED_KNOBS = {"tf32_matmul": ("transformer", "torch"), "qlora_fp32_params": ("transformer",)}
+#: run/workloads/transformer.py for qlora_fp32_params and checkpoint_fraction — finish_model wraps that share of the
+#: decoder layers); every other knob is the plain stack's, whatever the job says.
+HONOURED_KNOBS = {"tf32_matmul": ("transformer", "torch"), "qlora_fp32_params": ("transformer",),
+                  "checkpoint_fraction": ("transformer",)}
 
 
 def as_trained(job: Any) -> tuple[Any, str | None]:
