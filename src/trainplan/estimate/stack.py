@@ -140,7 +140,7 @@ def effective_knobs(job: TorchJob | TransformerJob, catalog: Catalog) -> Knobs:
         if entry.get("lora_implementation") != "peft":
             raise SpecError(f"says what dtype PEFT gives LoRA adapters; {job.stack.value}'s LoRA layers are its own, "
                             "not PEFT's", field="knobs.lora_fp32_adapters")  # fmt: skip
-    if merged.get("checkpoint_fraction") is not None and isinstance(job, TransformerJob):
+    if (merged.get("checkpoint_fraction") or 1.0) < 1.0 and isinstance(job, TransformerJob):  # 1: every block, the default
         if job.activation_checkpointing is not Checkpointing.FULL:
             raise SpecError("is the share of the blocks full checkpointing recomputes: it needs activation_checkpointing: "
                             "full", field="knobs.checkpoint_fraction")  # fmt: skip
