@@ -79,30 +79,32 @@ def test_gpt2_style_lora_trains_only_adapters(tmp_path) -> None:
     assert work["samples_per_step"] == 4  # global_batch 4 = micro_batch 2 × 2 accumulation steps
 
 
+def grads_and_flops(job_data: dict) -> tuple[dict[str, torch.Tensor], int]:
+    """One forward and backward of the job's model as `trainplan run` builds it: the gradients and the FLOPs counted."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from trainplan.run.workloads.transformer import build_model
+
+    job = parse_job(job_data)
+    model = build_model(job, job.model)
+    model.train()
+    x = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(0))
+    with FlopCounterMode(display=False) as counter:
+        model(input_ids=x, labels=x).loss.backward()
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, counter.get_total_flops()
+
+
 @pytest.mark.parametrize("mode", ["full", "selective"])
 def test_checkpointing_keeps_the_gradients_and_selective_saves_the_matmuls(mode: str) -> None:
     """`trainplan run` checkpoints as the trace of the same job does: the gradients equal the un-checkpointed
     model's, and selective checkpointing saves the matmul and attention outputs (PyTorch's selective activation
     checkpointing) — so it recomputes fewer FLOPs than full and more than none."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    from trainplan.run.workloads.transformer import build_model
-
-    def grads_and_flops(checkpointing: str) -> tuple[dict[str, torch.Tensor], int]:
-        job = parse_job({**JOB, "activation_checkpointing": checkpointing})
-        model = build_model(job, job.model)
-        model.train()
-        x = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(0))
-        with FlopCounterMode(display=False) as counter:
-            model(input_ids=x, labels=x).loss.backward()
-        return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, counter.get_total_flops()
-
-    plain, plain_flops = grads_and_flops("none")
-    got, flops = grads_and_flops(mode)
+    plain, plain_flops = grads_and_flops({**JOB, "activation_checkpointing": "none"})
+    got, flops = grads_and_flops({**JOB, "activation_checkpointing": mode})
     assert got.keys() == plain.keys()
     for name, g in plain.items():
         torch.testing.assert_close(got[name], g, rtol=1e-5, atol=1e-6)
-    full_flops = grads_and_flops("full")[1]
+    full_flops = grads_and_flops({**JOB, "activation_checkpointing": "full"})[1]
     if mode == "selective":
         assert plain_flops == flops < full_flops  # matmuls and attention saved: nothing expensive recomputed
     else:
@@ -112,22 +114,10 @@ def test_checkpointing_keeps_the_gradients_and_selective_saves_the_matmuls(mode:
 def test_checkpointing_a_share_of_the_layers_recomputes_only_those() -> None:
     """knobs.checkpoint_fraction 0.5 on 4 decoder layers: `trainplan run` wraps 2 of them (the 2nd and the 4th), the
     gradients equal the un-checkpointed model's, and the step recomputes half of what full checkpointing recomputes."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    from trainplan.run.workloads.transformer import build_model
-
-    def grads_and_flops(checkpointing: str, knobs: dict) -> tuple[dict[str, torch.Tensor], int]:
-        job = parse_job({**JOB, "model": {**LLAMA, "layers": 4}, "activation_checkpointing": checkpointing, "knobs": knobs})
-        model = build_model(job, job.model)
-        model.train()
-        x = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(0))
-        with FlopCounterMode(display=False) as counter:
-            model(input_ids=x, labels=x).loss.backward()
-        return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, counter.get_total_flops()
-
-    plain, plain_flops = grads_and_flops("none", {})
-    half, half_flops = grads_and_flops("full", {"checkpoint_fraction": 0.5})
-    full_flops = grads_and_flops("full", {})[1]
+    four = {**JOB, "model": {**LLAMA, "layers": 4}}
+    plain, plain_flops = grads_and_flops({**four, "activation_checkpointing": "none"})
+    half, half_flops = grads_and_flops({**four, "activation_checkpointing": "full", "knobs": {"checkpoint_fraction": 0.5}})
+    full_flops = grads_and_flops({**four, "activation_checkpointing": "full"})[1]
     assert half.keys() == plain.keys()
     for name, g in plain.items():
         torch.testing.assert_close(half[name], g, rtol=1e-5, atol=1e-6)
