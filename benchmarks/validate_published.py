@@ -37,6 +37,7 @@ HELDOUT11 = DATA.with_name("published_heldout11.yaml")  # eleventh: frozen 2026-
 HELDOUT12 = DATA.with_name("published_heldout12.yaml")  # twelfth: frozen 2026-12-06 (session 13)
 HELDOUT13 = DATA.with_name("published_heldout13.yaml")  # thirteenth: frozen 2026-12-06 (session 14)
 HELDOUT14 = DATA.with_name("published_heldout14.yaml")  # fourteenth: frozen 2026-12-06 (session 15)
+HELDOUT15 = DATA.with_name("published_heldout15.yaml")  # fifteenth: frozen 2026-12-06 (session 16)
 # every frozen set as the code that froze it predicted it (python benchmarks/first_looks.py --write ...)
 FIRST_LOOKS = {s["set"]: s for s in json.loads(DATA.with_name("first_looks.json").read_text())}
 
@@ -115,6 +116,8 @@ def main() -> None:
                "eager softmax; held out: no change may be chosen by it; ten published out-of-memory runs)", args.all)
     frozen_set(HELDOUT14, "FOURTEENTH SET (frozen 2026-12-06, session 15, after the memory band from the first looks and\n"
                "zero1-offload; held out: no change may be chosen by it; six published out-of-memory runs)", args.all)
+    frozen_set(HELDOUT15, "FIFTEENTH SET (frozen 2026-12-06, session 16, after knobs.checkpoint_fraction; held out: no change\n"
+               "may be chosen by it; one campaign's job logs, no out-of-memory run)", args.all)
     pooled = signed_errors(list(FIRST_LOOKS.values()))
     print(f"\nEVERY FROZEN SET'S FIRST LOOK, POOLED (out of sample; the memory error band's source): {len(pooled)} peaks from "
           f"{len(FIRST_LOOKS)} sets, median |err| {statistics.median(abs(e) for e in pooled):.1%}")

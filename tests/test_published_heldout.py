@@ -46,9 +46,11 @@ FROZEN = {
     "published_heldout13.yaml": "db9ac00c3916b5f7323b58ff7ab7061f2c9a2778bad87e702429cc69f82ca3a0",
     # the fourteenth: collected 2026-12-06 (session 15), six published out-of-memory runs
     "published_heldout14.yaml": "777e55113440b5ed2426fc6ebbf096f46bb0a8ed7da40fcbf1cf2cb8c98aa39d",
+    # the fifteenth: collected 2026-12-06 (session 16), after knobs.checkpoint_fraction; one campaign's job logs
+    "published_heldout15.yaml": "c452e97819223c6cac653c055077776ac9e2fd2b2cb405add55d2f4eec22c71a",
 }
 (HELDOUT, HELDOUT2, HELDOUT3, HELDOUT4, HELDOUT5, HELDOUT6, HELDOUT7, HELDOUT8, HELDOUT9, HELDOUT10, HELDOUT11,
- HELDOUT12, HELDOUT13, HELDOUT14) = (DATA / name for name in FROZEN)
+ HELDOUT12, HELDOUT13, HELDOUT14, HELDOUT15) = (DATA / name for name in FROZEN)
 IN_SAMPLE = ("published_llm.yaml", "published_stacks.yaml")
 
 
@@ -143,6 +145,14 @@ def test_the_later_sets_are_usable_and_new() -> None:
     for document in ("open-r1/issues/506", "open-r1/issues/446", "llm-foundry/issues/468",
                      "LLM-FT-IDRIS-Benchmark"):  # its documents (the IDRIS repository's README and logs), new
         assert any(document in str(r["source"]) for r in fourteenth) and document not in cited13 + in_sample_text
+    fifteenth = yaml.safe_load(HELDOUT15.read_text())
+    cited14 = cited13 + " ".join(str(r.get("source")) for r in fourteenth)
+    earlier_ids |= {r["id"] for r in fourteenth}
+    assert len({r["id"] for r in fifteenth}) == len(fifteenth) == 11 and not {r["id"] for r in fifteenth} & earlier_ids
+    _sourced_peaks_or_ooms(fifteenth)
+    for rec in fifteenth:  # job logs of the IDRIS campaign no earlier record cites, each one a document
+        log = str(rec["source"]).split()[1].split("@")[0]
+        assert log.startswith("logs/out/") and log not in cited14 + in_sample_text, rec["id"]
     for rec in fourth:  # kept whole, the configurations trainplan cannot express included (reported as not modelled)
         assert rec["source"] and rec["notes"] and rec["measured"], rec["id"]
         assert rec["measured"].get("fits") is False or rec["measured"].get("peak_memory_gib"), rec["id"]
