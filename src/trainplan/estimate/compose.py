@@ -160,9 +160,11 @@ def parallel_step_memory(job: TorchJob | TransformerJob, profile: StepProfile, h
     pipelined_fsdp = layout.pp > 1 and engine is Engine.FSDP
     held = Strategy.FSDP_GRAD_OP if pipelined_fsdp else strategy
     peaks = []
+    common = dict(frozen_bytes=0.0, precision=job.precision, optimizer=job.optimizer, strategy=held,
+                  state_elems_per_param=p.shaped_state_elems, unsharded_gradients=pipelined_fsdp)  # fmt: skip
+    # the same for every stage: the gathered block and the sharding buffers
+    buffers = _sharding_buffers(job, profile, held, gathered_block, shard_over, on_cuda=_on_cuda(hw))
     for load in stage_loads(profile.split, layout, micro_steps):
-        common = dict(frozen_bytes=0.0, precision=job.precision, optimizer=job.optimizer, strategy=held,
-                      state_elems_per_param=p.shaped_state_elems, unsharded_gradients=pipelined_fsdp)  # fmt: skip
         if layout.ep == 1:  # the experts shard like every other parameter
             states = model_state_bytes(trainable_params=load.dense_params + load.expert_params, world_size=shard_over, **common)  # type: ignore[arg-type]
         else:
@@ -176,7 +178,6 @@ def parallel_step_memory(job: TorchJob | TransformerJob, profile: StepProfile, h
         local = load.dense_params + load.expert_params
         share = local / max(1, p.total)
         autocast = profile.memory.autocast_copies * share if engine is Engine.TORCH else 0.0
-        buffers = _sharding_buffers(job, profile, held, gathered_block, shard_over, on_cuda=_on_cuda(hw))
         forward_temporaries = autocast + buffers[0]
         optimizer_temporaries = 0.0 if engine is Engine.DEEPSPEED else (
             profile.memory.optimizer_temporaries * share / (shard_over if strategy.shards_optimizer else 1))
