@@ -9,11 +9,14 @@ section); every value trainplan puts in them is quoted with :func:`shlex.quote`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from trainplan.catalog import get_catalog
 from trainplan.errors import SpecError
+from trainplan.estimate.stack import effective_knobs
 from trainplan.measure.probe import Accelerator
 from trainplan.run.config import RunConfig
 from trainplan.strategies import Layout, Strategy
@@ -125,6 +128,12 @@ class LaunchPlan:
     @property
     def is_tabular(self) -> bool:
         return self.job.kind.value == "tabular"
+
+    @cached_property
+    def knobs(self) -> Any:
+        """The knobs the plan was estimated with (estimate/stack.effective_knobs: the stack's defaults and the job's
+        own), derived once for the renders that read them."""
+        return effective_knobs(self.job, get_catalog())
 
     def path(self, name: str) -> Path:
         """Where a rendered file lands (absolute)."""

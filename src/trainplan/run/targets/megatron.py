@@ -32,7 +32,6 @@ from typing import Any
 
 from trainplan.catalog import checkpoint_dir, get_catalog, resolve_model
 from trainplan.errors import SpecError
-from trainplan.estimate.stack import effective_knobs
 from trainplan.model import ModelArch
 from trainplan.run.targets.base import Command, LaunchPlan, Rendered, unsupported
 from trainplan.run.targets.common import DS_CONFIG, base_files
@@ -70,7 +69,7 @@ def check(plan: LaunchPlan) -> ModelArch:
     if job.precision is Precision.BF16_PURE:
         raise unsupported(plan, "Megatron keeps fp32 master weights; precision bf16-pure has no equivalent — use bf16")
     if job.activation_checkpointing is Checkpointing.SELECTIVE:
-        kept = effective_knobs(job, get_catalog()).selective_recompute
+        kept = plan.knobs.selective_recompute
         if kept is not SelectiveRecompute.ATTENTION_CORE:
             raise unsupported(plan, "Megatron's selective recomputation recomputes only the attention core, which keeps "
                                     f"more than this plan was estimated with (selective_recompute {kept.value}): set "
@@ -190,7 +189,7 @@ def _split_weights(plan: LaunchPlan) -> tuple[int, int]:
     _last_stage_less_layers): Megatron-Core counts each as one layer with ``--account-for-embedding-in-pipeline-split``
     / ``--account-for-loss-in-pipeline-split`` (TransformerConfig), so 0 or 1 each, and without virtual stages (how
     Megatron sizes interleaved chunks around them is not rendered here)."""
-    k = effective_knobs(plan.job, get_catalog())
+    k = plan.knobs
     first, last = k.pipeline_first_stage_less_layers, k.pipeline_last_stage_less_layers
     if plan.layout.pp == 1:
         return 0, 0
@@ -209,7 +208,7 @@ def _checkpointed_per_chunk(plan: LaunchPlan, arch: ModelArch) -> int | None:
     the uniform method).  Megatron-Core's ``block`` method checkpoints the first ``recompute_num_layers`` layers of each
     chunk (TransformerBlock ``_checkpointed_forward``), the same share as the plan's only where the chunks are equal and
     the share of each is a whole number of layers."""
-    fraction = effective_knobs(plan.job, get_catalog()).checkpoint_fraction
+    fraction = plan.knobs.checkpoint_fraction
     if fraction >= 1.0:
         return None
     layout = plan.layout
@@ -266,7 +265,7 @@ def render(plan: LaunchPlan) -> Rendered:
     ]
     if plan.job.stack.value != "plain":
         notes.append(f"the plan was estimated for stack {plan.job.stack.value}; Megatron's loss and optimizer are its own")
-    if arch.moe is not None and not effective_knobs(plan.job, get_catalog()).moe_fused_activation:
+    if arch.moe is not None and not plan.knobs.moe_fused_activation:
         # Megatron-LM's --no-bias-swiglu-fusion is off by default: TEGroupedMLP runs weighted_bias_swiglu_impl
         notes.append("Megatron-Core's grouped experts fuse SwiGLU with the routing weight (bias_swiglu_fusion, its "
                      "default) and keep less than the plan counted (transformers' eager experts): set "

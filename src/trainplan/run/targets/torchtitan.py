@@ -28,7 +28,6 @@ from dataclasses import dataclass, replace
 
 from trainplan.catalog import checkpoint_dir, get_catalog, resolve_model
 from trainplan.errors import SpecError
-from trainplan.estimate.stack import effective_knobs
 from trainplan.model import ModelArch
 from trainplan.run.targets.base import Command, LaunchPlan, Rendered, unsupported
 from trainplan.run.targets.common import base_files
@@ -110,7 +109,7 @@ def check(plan: LaunchPlan) -> TitanModel:
         want = "fp8" if model.float8 else "bf16"
         raise unsupported(plan, f"torchtitan {TORCHTITAN_VERSION}'s {model.config} {recipe}; the plan's precision is "
                             f"{job.precision.value} — set precision: {want} to render it")  # fmt: skip
-    if effective_knobs(job, get_catalog()).checkpoint_fraction < 1.0:
+    if plan.knobs.checkpoint_fraction < 1.0:
         # activation_checkpoint.py of 0.3.0: FullAC and SelectiveAC wrap every block (ActivationCheckpointing.apply);
         # the layer-level option of earlier releases (selective_ac_option "N") is gone
         raise unsupported(plan, f"torchtitan {TORCHTITAN_VERSION} checkpoints every block or none; knobs.checkpoint_fraction "
@@ -155,7 +154,7 @@ def overrides(plan: LaunchPlan, model: TitanModel) -> list[str]:
     """torchtitan command-line overrides for the plan (names as its ``--help`` prints them)."""
     job, layout, strategy = plan.job, plan.layout, plan.strategy
     local, global_batch, pp_micro = _batches(plan)
-    knobs = effective_knobs(job, get_catalog())
+    knobs = plan.knobs
     sharded = strategy.shards_optimizer
     args = [
         "--dump-folder", str(plan.path("torchtitan")),
@@ -245,7 +244,7 @@ def render(plan: LaunchPlan) -> Rendered:
         f"optimizer: AdamW at {model.config}'s learning rate and schedule; the job's learning_rate "
         f"({plan.job.learning_rate:g}) is not passed",
     ]
-    knobs = effective_knobs(plan.job, get_catalog())
+    knobs = plan.knobs
     if knobs.fp8_all_gather:
         notes.append(f"float8 all-gather: {model.config}'s own float8 setting is used (the plan gathered the float8 "
                      "weights in FP8, knobs.fp8_all_gather); set its enable_fsdp_float8_all_gather to match")  # fmt: skip
