@@ -127,29 +127,21 @@ def test_the_later_sets_are_usable_and_new() -> None:
     for document in ("torchtitan/pull/808", "LlamaFactory/issues/3696", "torchtitan/pull/1690", "pith-train/issues/79",
                      "lightning-thunder/pull/1261", "lightning-thunder/issues/1176"):  # its six documents are new
         assert any(document in str(r["source"]) for r in twelfth) and document not in cited11 + in_sample_text
-    thirteenth = yaml.safe_load(HELDOUT13.read_text())
     cited12 = cited11 + " ".join(str(r.get("source")) for r in twelfth)
     earlier_ids = {r["id"] for r in (*twelfth, *eleventh, *tenth, *ninth)} | set(ids)
-    assert len({r["id"] for r in thirteenth}) == len(thirteenth) == 19 and not {r["id"] for r in thirteenth} & earlier_ids
-    _sourced_peaks_or_ooms(thirteenth)
-    assert sum(r["measured"].get("fits") is False for r in thirteenth) == 10
+    thirteenth = _new_set(HELDOUT13, earlier_ids, records=19, ooms=10)
     for document in ("DeepSeed_Zero_Optimizer", "modal-projects/finetuning-workshop", "lsdefine/lsrl", "eks-anywhere",
                      "Automodel/issues/1176", "lightning-thunder/pull/940", "atorch/examples/llama2"):  # its seven, new
         assert any(document in str(r["source"]) for r in thirteenth) and document not in cited12 + in_sample_text
-    fourteenth = yaml.safe_load(HELDOUT14.read_text())
     cited13 = cited12 + " ".join(str(r.get("source")) for r in thirteenth)
     earlier_ids |= {r["id"] for r in thirteenth}
-    assert len({r["id"] for r in fourteenth}) == len(fourteenth) == 15 and not {r["id"] for r in fourteenth} & earlier_ids
-    _sourced_peaks_or_ooms(fourteenth)
-    assert sum(r["measured"].get("fits") is False for r in fourteenth) == 6
+    fourteenth = _new_set(HELDOUT14, earlier_ids, records=15, ooms=6)
     for document in ("open-r1/issues/506", "open-r1/issues/446", "llm-foundry/issues/468",
                      "LLM-FT-IDRIS-Benchmark"):  # its documents (the IDRIS repository's README and logs), new
         assert any(document in str(r["source"]) for r in fourteenth) and document not in cited13 + in_sample_text
-    fifteenth = yaml.safe_load(HELDOUT15.read_text())
     cited14 = cited13 + " ".join(str(r.get("source")) for r in fourteenth)
     earlier_ids |= {r["id"] for r in fourteenth}
-    assert len({r["id"] for r in fifteenth}) == len(fifteenth) == 11 and not {r["id"] for r in fifteenth} & earlier_ids
-    _sourced_peaks_or_ooms(fifteenth)
+    fifteenth = _new_set(HELDOUT15, earlier_ids, records=11, ooms=0)
     for rec in fifteenth:  # job logs of the IDRIS campaign no earlier record cites, each one a document
         log = str(rec["source"]).split()[1].split("@")[0]
         assert log.startswith("logs/out/") and log not in cited14 + in_sample_text, rec["id"]
@@ -160,6 +152,16 @@ def test_the_later_sets_are_usable_and_new() -> None:
         assert rec["source"] and rec["notes"] and record_to_job(rec) is not None, rec["id"]
     assert sum(r["measured"].get("fits") is False for r in second) >= 3
     assert all(r["measured"].get("peak_memory_gib") for r in third)
+
+
+def _new_set(path: Path, earlier_ids: set[str], *, records: int, ooms: int) -> list[dict]:
+    """A later frozen set: ``records`` rows with ids no earlier set has, each sourced with a peak or a stated
+    out-of-memory (``ooms`` of them)."""
+    rows = yaml.safe_load(path.read_text())
+    assert len({r["id"] for r in rows}) == len(rows) == records and not {r["id"] for r in rows} & earlier_ids
+    _sourced_peaks_or_ooms(rows)
+    assert sum(r["measured"].get("fits") is False for r in rows) == ooms
+    return rows
 
 
 def _sourced_peaks_or_ooms(records: list[dict]) -> None:
