@@ -157,3 +157,29 @@ def test_estimate_finds_the_fewest_blocks_to_checkpoint(tmp_path, capsys) -> Non
                  "--json"]) == 0  # fmt: skip
     out = json.loads(capsys.readouterr().out)
     assert out["checkpoint_fit"]["fewest_checkpointed_blocks"] == fit.checkpointed
+
+
+def test_where_no_checkpointing_fits_the_fewest_is_none_priced_as_none() -> None:
+    """At 1K tokens Llama-3-8B fits 8 H100s under FSDP with no checkpointing at all: the search ends at 0 blocks, and
+    prices that as the job without checkpointing (not as a share of 0, which is no knob value)."""
+    from trainplan.catalog import find_accelerator
+    from trainplan.estimate.compose import compose
+    from trainplan.estimate.hardware import hardware_for_gpu
+    from trainplan.planner.fit import least_checkpointing
+    from trainplan.strategies import Strategy
+
+    hw = hardware_for_gpu(find_accelerator("H100-80GB", CAT), CAT, gpus=8)
+    full, none = job(None, seq_len=1024), job(None, ac="none", seq_len=1024)
+    e_none = compose(none, transformer_profile(none, CAT), hw, Strategy.FSDP, CAT)
+    assert e_none.fits and not e_none.borderline
+    fit = least_checkpointing(full, compose(full, transformer_profile(full, CAT), hw, Strategy.FSDP, CAT), CAT)
+    assert fit.checkpointed == 0 and fit.step_time_s == e_none.step_time_s
+    assert fit.text.startswith("no checkpointing fits outside the error band (activation_checkpointing: none)")
+
+
+def test_a_share_that_checkpoints_no_block_is_refused() -> None:
+    """0.2 of a 3-block model wraps ⌊0.6⌋ = 0 blocks: refused in one line, not read as no checkpointing."""
+    tiny = job(0.2, model={**TINY, "layers": 3}, seq_len=256)
+    with pytest.raises(SpecError, match="checkpoints none of them") as err:
+        transformer_profile(tiny, CAT)
+    assert err.value.field == "knobs.checkpoint_fraction" and "\n" not in str(err.value)

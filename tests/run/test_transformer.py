@@ -123,3 +123,13 @@ def test_checkpointing_a_share_of_the_layers_recomputes_only_those() -> None:
         torch.testing.assert_close(half[name], g, rtol=1e-5, atol=1e-6)
     assert plain_flops < half_flops < full_flops
     assert half_flops - plain_flops == (full_flops - plain_flops) // 2
+
+
+def test_a_share_that_checkpoints_no_layer_is_refused_before_the_run() -> None:
+    """`trainplan run` refuses knobs.checkpoint_fraction 0.2 on 3 layers (⌊0.6⌋ = 0 wrapped) in one line instead of
+    training with no checkpointing under activation_checkpointing: full."""
+    job = parse_job({**JOB, "model": {**LLAMA, "layers": 3}, "activation_checkpointing": "full",
+                     "knobs": {"checkpoint_fraction": 0.2}})  # fmt: skip
+    with pytest.raises(SpecError, match="checkpoints none of them") as err:
+        check_supported(job, job.model)
+    assert err.value.field == "knobs.checkpoint_fraction"

@@ -189,13 +189,24 @@ def _flash(job: TransformerJob, arch: ModelArch) -> bool:
     return job.flash_attention is not FlashAttention.FALSE
 
 
+def checkpointed_count(arch: ModelArch, k: Knobs) -> tuple[int, int]:
+    """(blocks full checkpointing wraps, blocks): every block, or knobs.checkpoint_fraction's share of them
+    (memory.checkpointed_blocks); a share that wraps none is refused, not read as no checkpointing."""
+    blocks = arch.blocks + arch.mtp_layers
+    wrapped = checkpointed_blocks(blocks, k.checkpoint_fraction)
+    if wrapped == 0 and blocks:
+        raise SpecError(f"{k.checkpoint_fraction:g} of the model's {blocks} blocks checkpoints none of them; allowed: at "
+                        f"least 1/{blocks}, or activation_checkpointing: none", field="knobs.checkpoint_fraction")  # fmt: skip
+    return wrapped, blocks
+
+
 def _checkpoint_notes(job: TransformerJob, arch: ModelArch, k: Knobs) -> tuple[str, ...]:
     """Which blocks full checkpointing wraps when knobs.checkpoint_fraction says a share of them."""
     if job.activation_checkpointing is not Checkpointing.FULL or k.checkpoint_fraction >= 1.0:
         return ()
-    blocks = arch.blocks + arch.mtp_layers
-    return (f"full checkpointing on {checkpointed_blocks(blocks, k.checkpoint_fraction)} of {blocks} blocks "
-            f"(knobs.checkpoint_fraction {k.checkpoint_fraction:g}); the others keep all their activations",)
+    wrapped, blocks = checkpointed_count(arch, k)
+    return (f"full checkpointing on {wrapped} of {blocks} blocks (knobs.checkpoint_fraction "
+            f"{k.checkpoint_fraction:g}); the others keep all their activations",)
 
 
 def _attention_notes(job: TransformerJob, arch: ModelArch) -> tuple[str, ...]:
@@ -554,7 +565,7 @@ def block_activation_bytes(job: TransformerJob, arch: ModelArch, knobs: Knobs | 
             rest = max(rest, whole_moe - moe)
         return total + max(0.0, rest)
     if job.activation_checkpointing is Checkpointing.FULL:
-        blocks = arch.blocks + arch.mtp_layers
+        wrapped, blocks = checkpointed_count(arch, k)
         return checkpointed_activation_bytes(
             layers=blocks,
             layer_bytes=per_layer,
@@ -562,7 +573,7 @@ def block_activation_bytes(job: TransformerJob, arch: ModelArch, knobs: Knobs | 
             micro_batch=job.micro_batch,
             hidden=arch.hidden,
             precision=job.precision,
-            checkpointed=checkpointed_blocks(blocks, k.checkpoint_fraction),
+            checkpointed=wrapped,
             uncheckpointed_bytes=total,
         )
     return total + module_recompute_working(job, arch, k)
@@ -723,8 +734,8 @@ def recompute_share(job: TransformerJob, arch: ModelArch, k: Knobs) -> float:
     """The share of the blocks full checkpointing recomputes (1 unless knobs.checkpoint_fraction says fewer)."""
     if job.activation_checkpointing is not Checkpointing.FULL:
         return 1.0
-    blocks = arch.blocks + arch.mtp_layers
-    return checkpointed_blocks(blocks, k.checkpoint_fraction) / blocks if blocks else 1.0
+    wrapped, blocks = checkpointed_count(arch, k)
+    return wrapped / blocks if blocks else 1.0
 
 
 def model_split(job: TransformerJob, m: TransformerModel, knobs: Knobs) -> ModelSplit | None:

@@ -18,9 +18,8 @@ from trainplan.estimate.compose import compose
 from trainplan.estimate.hardware import Hardware
 from trainplan.estimate.profile import ProfileSource, StepProfile
 from trainplan.estimate.result import Estimate, Rejection, RejectKind
-from trainplan.estimate.memory import checkpointed_blocks
 from trainplan.estimate.stack import effective_knobs
-from trainplan.estimate.transformer import resolve_transformer, transformer_profile
+from trainplan.estimate.transformer import checkpointed_count, resolve_transformer, transformer_profile
 from trainplan.spec import Checkpointing, TorchJob, TransformerJob
 from trainplan.strategies import Strategy
 
@@ -182,15 +181,14 @@ def least_checkpointing(job: TransformerJob, e: Estimate, catalog: Catalog) -> C
     if job.activation_checkpointing is not Checkpointing.FULL or not e.fits:
         return None
     strategy = Strategy(e.strategy)
-    arch = resolve_transformer(job, catalog).arch
-    blocks = arch.blocks + arch.mtp_layers
-    current = checkpointed_blocks(blocks, effective_knobs(job, catalog).checkpoint_fraction)
+    current, blocks = checkpointed_count(resolve_transformer(job, catalog).arch, effective_knobs(job, catalog))
 
     @functools.cache
     def at(k: int) -> Estimate:  # each count composed once; the job's own count too, on the same (uncalibrated) basis
-        share = None if k >= blocks else k / blocks
-        knobs = job.knobs.model_copy(update={"checkpoint_fraction": share})
-        j = job if k == current else job.model_copy(update={"knobs": knobs})
+        knobs = job.knobs.model_copy(update={"checkpoint_fraction": None if k in (0, blocks) else k / blocks})
+        # no block checkpointed is no checkpointing (a share of 0 is not a knob value)
+        update = {"knobs": knobs} if k else {"knobs": knobs, "activation_checkpointing": Checkpointing.NONE}
+        j = job if k == current else job.model_copy(update=update)
         return compose(j, transformer_profile(j, catalog), e.hardware, strategy, catalog)
 
     # the largest number of whole blocks that fits outside the error band (0 when only the job's own count does)
@@ -201,9 +199,10 @@ def least_checkpointing(job: TransformerJob, e: Estimate, catalog: Catalog) -> C
         text = f"checkpointing fewer than {current} of the {blocks} blocks does not fit outside the estimator's error band"
     else:
         saved = 1 - best.step_time_s / own.step_time_s
-        text = (f"checkpointing {fewest} of the {blocks} blocks fits outside the error band (knobs.checkpoint_fraction: "
-                f"{fewest / blocks:.3g}); "
-                f"step {best.step_time_s:.3g} s instead of {own.step_time_s:.3g} s ({saved:.0%} less)")
+        what = ("no checkpointing fits outside the error band (activation_checkpointing: none)" if fewest == 0 else
+                f"checkpointing {fewest} of the {blocks} blocks fits outside the error band (knobs.checkpoint_fraction: "
+                f"{fewest / blocks:.3g})")  # fmt: skip
+        text = f"{what}; step {best.step_time_s:.3g} s instead of {own.step_time_s:.3g} s ({saved:.0%} less)"
     return CheckpointFit(blocks, fewest, best.step_time_s, own.step_time_s, text)
 
 

@@ -14,7 +14,7 @@ from typing import Any, Callable
 from trainplan.errors import SpecError
 from trainplan.catalog import resolve_model
 from trainplan.model import ModelArch, UnsupportedArchitecture, hf_model_type
-from trainplan.spec import Method, Optimizer, Precision, TransformerJob
+from trainplan.spec import Checkpointing, Method, Optimizer, Precision, TransformerJob
 
 #: Optimizers the built-in workloads can build from torch alone (Muon: torch.optim.Muon beside AdamW).
 RUNNABLE_OPTIMIZERS = (Optimizer.ADAMW, Optimizer.SGD, Optimizer.ADAFACTOR, Optimizer.MUON)
@@ -94,6 +94,13 @@ def check_supported(job: TransformerJob, arch: ModelArch) -> None:
     if job.precision is Precision.FP8:
         raise SpecError("trainplan run trains in bf16, fp16 or fp32; fp8 is planned, not run here — launch it with "
                         "torchtitan (--float8) or Transformer Engine, or run with precision: bf16", field="precision")  # fmt: skip
+    if job.activation_checkpointing is Checkpointing.FULL:
+        # the share of the decoder layers the workload wraps is the estimate's (a share that wraps none is refused)
+        from trainplan.catalog import get_catalog
+        from trainplan.estimate.stack import effective_knobs
+        from trainplan.estimate.transformer import checkpointed_count
+
+        checkpointed_count(arch, effective_knobs(job, get_catalog()))
 
 
 #: Strategies a QLoRA run trains with: its 4-bit base is frozen and whole on every process (bitsandbytes'
