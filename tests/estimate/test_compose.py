@@ -12,7 +12,7 @@ import pytest
 
 from trainplan.catalog import find_accelerator, get_catalog, resolve_model
 from trainplan.estimate.compose import compose
-from trainplan.estimate.hardware import hardware_for_cpus, hardware_for_gpu
+from trainplan.estimate.hardware import hardware_for_cpus, hardware_for_gpu, hardware_for_instance
 from trainplan.estimate.memory import GIB
 from trainplan.estimate.profile import ProfileSource
 from trainplan.estimate.result import RejectKind
@@ -212,3 +212,37 @@ def test_the_lora_remedy_of_an_mla_model_targets_its_own_linear_layers() -> None
     assert "method: lora, lora.targets: [all-linear]" in labels and "method: lora" not in labels
     llama = parse_job({"kind": "transformer", "model": "llama-2-7b", "seq_len": 2048, "micro_batch": 1, "steps": 10})
     assert "method: lora" in [label for label, _, _ in hint_remedies(llama, cat, job_profile(llama, cat))]
+
+
+def test_step_memory_reads_the_accelerator_only_by_kind() -> None:
+    """The step-memory memo is keyed by the accelerator's kind (GPU or TPU), not its model, so that one layout is
+    composed once across the catalog's GPUs: the unmemoised composition must give the same breakdown on every GPU
+    (and every TPU) for the same layout, strategy and micro-steps — whatever their capacity, peak or bandwidth."""
+    from dataclasses import replace
+
+    from trainplan.estimate.compose import _step_memory
+
+    cat = get_catalog()
+    job = parse_job({"kind": "transformer", "model": "llama-2-7b", "method": "full", "seq_len": 4096, "micro_batch": 1,
+                     "global_batch": 64, "precision": "bf16", "activation_checkpointing": "full", "steps": 10})  # fmt: skip
+    profile = transformer_profile(job, cat)
+    by_kind: dict[str, dict[tuple[object, ...], object]] = {}
+    seen: dict[str, set[str]] = {}
+    for inst in cat.instances:
+        acc = cat.accelerators.get(inst.accelerator or "")
+        if acc is None:
+            continue
+        base = hardware_for_instance(inst, cat, nodes=2)
+        layouts = [base.layout]
+        if acc.kind == "gpu" and base.layout.gpus_per_node % 2 == 0:
+            layouts.append(base.layout.split(tp=2, pp=2, sequence_parallel=True))
+        for layout in layouts:
+            hw = replace(base, layout=layout)
+            for strategy in (Strategy.ZERO1, Strategy.FSDP, Strategy.ZERO3_OFFLOAD):
+                if layout.model_parallel and strategy is Strategy.ZERO3_OFFLOAD:
+                    continue
+                mem = _step_memory(job, profile, hw, strategy, cat, micro_steps=2)
+                first = by_kind.setdefault(acc.kind, {}).setdefault((layout, strategy), mem)
+                assert mem == first, (inst.cloud, inst.name, layout, strategy)
+        seen.setdefault(acc.kind, set()).add(acc.id)
+    assert len(seen["gpu"]) >= 10 and len(seen["tpu"]) >= 2  # the comparison spans many models of each kind

@@ -46,10 +46,12 @@ from trainplan.spec import TorchJob, TransformerJob
 from trainplan.strategies import Engine, Strategy
 
 
-# (job, profile, catalog, accelerator, layout, strategy, micro-steps) → the breakdown; the value keeps the objects whose
-# ids are in the key alive, so an id cannot be reused while its entry exists.  On accelerators the memory of a step
-# depends on nothing else — not on the cloud or the price —, and the same accelerator and layout recur across
-# clouds and instance types in a plan.
+# (job, profile, catalog, accelerator kind, layout, strategy, micro-steps) → the breakdown; the value keeps the objects
+# whose ids are in the key alive, so an id cannot be reused while its entry exists.  On accelerators the memory of a
+# step depends on nothing else — not on the cloud, the price or even the accelerator model: the formulas below read
+# only whether it is a GPU (CUDA / ROCm caching allocator, per-stream pools) or a TPU (XLA's buffer assignment), the
+# capacity being compared afterwards (:func:`memory_rejection`; tests/estimate/test_compose.py checks it over the
+# catalog) — and the same layouts recur across accelerators, clouds and instance types in a plan.
 _MEMORY: dict[tuple[object, ...], tuple[object, object, object, MemoryBreakdown]] = {}
 _MEMORY_MAX = 65536
 
@@ -60,7 +62,7 @@ def step_memory(job: TorchJob | TransformerJob, profile: StepProfile, hw: Hardwa
     acc = hw.accelerator
     if acc is None:
         return _step_memory(job, profile, hw, strategy, catalog, micro_steps=micro_steps)
-    key = (id(job), id(profile), id(catalog), acc.id, hw.layout, strategy, micro_steps)
+    key = (id(job), id(profile), id(catalog), acc.kind, hw.layout, strategy, micro_steps)
     hit = _MEMORY.get(key)
     if hit is not None:
         return hit[3]
