@@ -242,6 +242,21 @@ def test_fractional_size_is_rejected() -> None:
     assert "integer" in str(err)
 
 
+def test_counts_in_scientific_notation_as_yaml_reads_them(tmp_path: Path) -> None:
+    """PyYAML (YAML 1.1) reads ``rows: 1e7`` — no dot — as the string "1e7": a whole count written so is that count;
+    a fraction or an overflow written so is still refused on the field."""
+    path = tmp_path / "job.yaml"
+    path.write_text("kind: tabular\nlibrary: xgboost\nrows: 1e7\nfeatures: 2_000\ntrees: 5E2\n", encoding="utf-8")
+    assert yaml.safe_load(path.read_text())["rows"] == "1e7"  # what the loader hands over
+    job = load_job(path)
+    assert isinstance(job, TabularJob) and (job.rows, job.features, job.trees) == (10_000_000, 2000, 500)
+    for bad in ("1.5e0", "1e99", "e6"):
+        path.write_text(f"kind: tabular\nlibrary: xgboost\nrows: {bad}\nfeatures: 100\n", encoding="utf-8")
+        with pytest.raises(SpecError) as info:
+            load_job(path)
+        assert info.value.field == "rows"
+
+
 def test_global_batch_not_a_multiple_of_micro_batch() -> None:
     data = _job_dict()
     data["global_batch"] = 130

@@ -19,9 +19,19 @@ STRICT = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
 
 
 def _no_bool(v: Any) -> Any:
-    # pydantic turns true/false into 1/0; a size given as a boolean is a mistake.
+    """A count as written in a job file: pydantic turns true/false into 1/0, and a size given as a boolean is a
+    mistake; YAML 1.1 (PyYAML) reads ``1e6`` — without a dot — as the string "1e6", which a user means as the whole
+    number 10**6 (``tokens: 1e9`` already parses as a float), so a string holding a whole number in that notation is
+    that number. Anything else is left for the field's own validation to refuse."""
     if isinstance(v, bool):
         raise ValueError(f"must be a number, got {str(v).lower()}")
+    if isinstance(v, str) and any(c in v for c in "eE_"):
+        try:
+            number = float(v)
+        except ValueError:
+            return v
+        if number.is_integer() and abs(number) < 2**53:
+            return int(number)
     return v
 
 
