@@ -52,6 +52,8 @@ VARIANTS = [
      "num_nextn_predict_layers": 0},
     {"model_type": "gpt_oss", **TINY, "head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 8},
     {"model_type": "granite", **TINY, "attention_bias": True, "tie_word_embeddings": False, "logits_scaling": 16.0},
+    {"model_type": "smollm3", **TINY, "use_sliding_window": True, "sliding_window": 8, "no_rope_layer_interval": 2,
+     "tie_word_embeddings": False},
 ]
 
 
@@ -85,7 +87,27 @@ def test_the_variants_switch_on_what_they_claim() -> None:
     assert arch_from_hf_config(VARIANTS[5]).sliding_layers == 4  # four of the first five are local
     ds = arch_from_hf_config(VARIANTS[13])
     assert ds.mla is not None and ds.mla.q_lora_rank == 24 and ds.moe is not None and ds.moe.dense_layers == (0, 1)
+    smol = arch_from_hf_config(VARIANTS[-1])  # NoPE on layers 1 and 3, which alone take the window
+    assert (smol.nope_layers, smol.sliding_layers, smol.sliding_window, smol.tied_embeddings) == (2, 2, 8, False)
+    assert arch_from_hf_config(_default("smollm3")).nope_layers == 9  # every 4th of 36 layers (SmolLM3-3B)
     assert len(archs) == len(VARIANTS)
+
+
+def test_nope_layers_drop_only_their_rotary_bytes() -> None:
+    """SmolLM3's NoPE layers skip apply_rotary_pos_emb (modeling_smollm3.py, use_rope per layer): the same weights,
+    FLOPs and activations as Llama's layers; only the rotary kernels' bytes (read + write q and k) are gone from them."""
+    from trainplan.estimate.compute import memory_bound_bytes_per_token
+    from trainplan.spec import Precision
+
+    smol = arch_from_hf_config({"model_type": "smollm3", **TINY, "no_rope_layer_interval": 2, "tie_word_embeddings": False})
+    llama = arch_from_hf_config({"model_type": "llama", **TINY})
+    assert param_counts(smol) == param_counts(llama)
+    a = Precision.BF16.compute_bytes
+    rotary = 2 * a * (4 * 16 + 2 * 16)  # q: 4 heads x 16, k: 2 kv heads x 16, read and written
+    per_layer = memory_bound_bytes_per_token(llama, Precision.BF16) - memory_bound_bytes_per_token(smol, Precision.BF16)
+    assert per_layer == pytest.approx(rotary * smol.nope_layers / smol.layers)
+    with pytest.raises(ValidationError, match="nope_layers"):  # no rotary embedding to leave out
+        type(llama)(**{**llama.model_dump(), "nope_layers": 1, "position": "learned"})
 
 
 # ----------------------------------------------------------------------------- presets
@@ -176,6 +198,8 @@ def test_a_count_that_differs_from_transformers_is_refused() -> None:
 @pytest.mark.parametrize("cfg, needle", [
     ({"model_type": "mixtral", **TINY, "num_local_experts": 4, "num_experts_per_tok": 5}, "top_k (5) must not exceed experts (4)"),
     ({"model_type": "mamba2", **TINY}, "model_type 'mamba2' is not modelled"),
+    # a config transformers itself cannot build (the pad token beyond the vocabulary): refused, not a traceback
+    ({"model_type": "smollm3", **TINY, "pad_token_id": 500}, "cannot build this model"),
 ])  # fmt: skip
 def test_cli_refuses_a_bad_config_in_one_line(tmp_path: Path, cfg: dict, needle: str) -> None:
     (tmp_path / "config.json").write_text(json.dumps(cfg))

@@ -173,6 +173,27 @@ def _read_mistral(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str
     return out, COMMON_KEYS | {"sliding_window", "layer_types"}
 
 
+def _read_smollm3(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """SmolLM3 (``SmolLM3ForCausalLM``): Llama's layers, the head tied by default, no rotary embedding on every
+    ``no_rope_layer_interval``-th layer (``no_rope_layers``: 1 = rotary, 0 = NoPE) and, with ``use_sliding_window``, a
+    window on the NoPE layers (``SmolLM3Config.__post_init__``, transformers 5.25)."""
+    out = _llama_like(cfg, mt, tied_default=True)
+    n = out["layers"]
+    interval = int(cfg.get("no_rope_layer_interval") or 4)
+    rope = cfg.get("no_rope_layers")
+    if rope is None:
+        rope = [int((i + 1) % interval != 0) for i in range(n)]
+    if len(rope) != n or any(r not in (0, 1) for r in rope):
+        raise ConfigRefused(f"{mt} config no_rope_layers: one 0 or 1 per layer ({n}) is modelled")
+    if n - sum(rope):
+        out["nope_layers"] = n - sum(rope)
+    window = cfg.get("sliding_window") if cfg.get("use_sliding_window") else None
+    out.update(_sliding(dict(cfg, sliding_window=window), mt, n,
+                        lambda _: ["sliding_attention" if window and not r else "full_attention" for r in rope]))
+    return out, COMMON_KEYS | {"attention_bias", "mlp_bias", "sliding_window", "use_sliding_window", "layer_types",
+                               "no_rope_layers", "no_rope_layer_interval"}  # fmt: skip
+
+
 def _read_qwen2(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
     """Qwen2 / Qwen2.5 (``Qwen2Attention``: q, k, v with biases, o without); sliding layers from max_window_layers."""
     out = _common(cfg, mt)
@@ -363,6 +384,7 @@ READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str
     "llama": _read_llama,
     "granite": _read_granite,
     "mistral": _read_mistral,
+    "smollm3": _read_smollm3,
     "qwen2": _read_qwen2,
     "qwen3": _read_qwen3,
     "gemma": _read_gemma,

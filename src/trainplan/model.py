@@ -127,6 +127,7 @@ class ModelArch(BaseModel):
     block_norms: Literal[2, 4] = 2  # Gemma 2/3: pre- and post-norms around attention and MLP
     sliding_window: PositiveInt | None = None
     sliding_layers: Annotated[int, Field(ge=0)] = 0  # how many layers attend within sliding_window
+    nope_layers: Annotated[int, Field(ge=0)] = 0  # SmolLM3: layers that apply no rotary embedding (NoPE)
     final_logit_softcap: PositiveFloat | None = None  # Gemma 2: logits = cap · tanh(logits / cap)
     attention_softcap: PositiveFloat | None = None  # Gemma 2: scores = cap · tanh(scores / cap) before the softmax
     moe: MoE | None = None
@@ -148,6 +149,8 @@ class ModelArch(BaseModel):
             raise ValueError("sliding_layers needs sliding_window")
         if self.sliding_layers > self.layers:
             raise ValueError(f"sliding_layers ({self.sliding_layers}) must not exceed layers ({self.layers})")
+        if self.nope_layers and (self.position != "rope" or self.nope_layers > self.layers):
+            raise ValueError(f"nope_layers ({self.nope_layers}) needs position rope and at most layers ({self.layers})")
         if self.moe is not None:
             if self.arch != "decoder":
                 raise ValueError("moe is modelled for decoders only")
@@ -172,7 +175,8 @@ class ModelArch(BaseModel):
         """No feature beyond the Llama / GPT-2 / BERT / T5 shapes that :func:`hf_config` can write back."""
         return (self.moe is None and self.mla is None and self.attention_bias is None and self.qk_norm is None
                 and not self.attention_sinks and self.block_norms == 2 and not self.sliding_layers
-                and self.final_logit_softcap is None and self.attention_softcap is None and not self.mtp_layers)  # fmt: skip
+                and self.final_logit_softcap is None and self.attention_softcap is None and not self.mtp_layers
+                and not self.nope_layers)  # fmt: skip
 
     # ------------------------------------------------------------------ derived counts
 
@@ -236,7 +240,7 @@ def hf_model_type(arch: ModelArch) -> str:
     if not arch.plain:
         raise UnsupportedArchitecture(
             f"{arch.hf_model_type or 'this'} architecture (mixture of experts, latent attention, sliding windows, "
-            "q/k norms or attention biases) is planned, not built: trace and run build Llama-style and GPT-2-style "
+            "q/k norms, attention biases or NoPE layers) is planned, not built: trace and run build Llama-style and GPT-2-style "
             "decoders only"
         )
     if arch.arch == "decoder" and arch.position == "rope" and arch.norm == "rmsnorm" and arch.mlp == "swiglu":

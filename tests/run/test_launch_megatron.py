@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import write_job
 
+from trainplan.model import ModelArch
 from trainplan.cli.main import main
 from trainplan.errors import SpecError
 from trainplan.run.targets import LaunchOptions, LaunchRequest, Target, prepare_launch
@@ -119,6 +120,7 @@ SMALL = {"layers": 4, "hidden": 256, "heads": 8, "kv_heads": 2, "ffn_hidden": 10
     ({"model": "deepseek-v3"}, "multi-head latent attention"),
     ({"model": "gemma-2-9b"}, "a sliding attention window"),
     ({"model": "olmoe-1b-7b"}, "normalises q and k over the full width"),
+    ({"model": ModelArch(**SMALL, nope_layers=1)}, "layers without rotary embeddings (NoPE)"),  # SmolLM3
     ({"precision": Precision.BF16_PURE}, "bf16-pure has no equivalent"),
     ({"knobs": StackKnobs()}, "set knobs.selective_recompute: attention-core"),  # plain's selective keeps matmuls
     ({"strategy": Strategy.FSDP}, "pick a ddp or zero1 option"),

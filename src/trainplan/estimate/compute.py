@@ -104,7 +104,8 @@ def memory_bound_bytes_per_token(arch: ModelArch, precision: Precision, *, seq_l
     layer_norm is in the fp32 list); the next matmul casts its input to 16 bits.  Per block:
     two norms (read + write a residual row, + the cast when the dtypes differ); two residual adds (read the
     stream and the branch output, write the stream); the MLP activation (GELU: read + write the ffn row;
-    SwiGLU: act(gate) read + write, then act·up read 2 write 1); rotary embeddings (read + write q and k).
+    SwiGLU: act(gate) read + write, then act·up read 2 write 1); rotary embeddings (read + write q and k), on the
+    layers that apply them.
     Bias adds run in the matmul's epilogue (cuBLAS addmm) and move nothing extra.
     transformers' Python GELU (``gelu_new``, ``NewGELUActivation``: ``0.5 * x * (1 + tanh(c * (x + 0.044715 *
     pow(x, 3))))``) runs as eight elementwise kernels (pow, two scalar multiplies, the add, tanh, ``1 +``, ``0.5 * x``,
@@ -140,6 +141,8 @@ def memory_bound_bytes_per_token(arch: ModelArch, precision: Precision, *, seq_l
             per_score += 5 * a
         scores = per_score * arch.heads * seq_len
     rotary = 2 * a * (attention_inner_dim(arch) + kv_inner_dim(arch)) if arch.position == "rope" else 0
+    if arch.nope_layers:  # SmolLM3's NoPE layers rotate nothing (modeling_smollm3.py: use_rope per layer); per block
+        rotary *= (arch.layers - arch.nope_layers) / arch.layers
     return float(arch.block_norms * norm + 2 * residual + activation + rotary + scores)
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from trainplan.estimate.architecture import param_counts
 from trainplan.files import trainplan_home, write_json_atomic
-from trainplan.hfconfig import arch_from_hf_config
+from trainplan.hfconfig import ConfigRefused, arch_from_hf_config
 from trainplan.model import ModelArch
 
 
@@ -47,17 +47,24 @@ def _count(cfg_json: str) -> int | None:
 
     cfg = json.loads(cfg_json)
     mt = cfg.pop("model_type")
-    try:
-        config = AutoConfig.for_model(mt, **cfg)
-    except (ValueError, KeyError):
-        return None  # this transformers release does not know the family
     previous = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()
     try:
+        # transformers' own warnings about the config (e.g. a token id outside the vocabulary) stay out of the
+        # user's terminal: what matters is whether it builds, and a config it cannot build is refused in one line
         with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()), torch.device("meta"):
             warnings.simplefilter("ignore")
             logging.disable(logging.WARNING)
+            try:
+                config = AutoConfig.for_model(mt, **cfg)
+            except (ValueError, KeyError):
+                return None  # this transformers release does not know the family
             model = AutoModelForCausalLM.from_config(config)
+    except Exception as exc:  # noqa: BLE001 - the reference library refuses the config: so must trainplan, in one line
+        # e.g. a pad_token_id left at the family's default beyond a smaller vocab_size (torch's Embedding asserts)
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise ConfigRefused(f"{mt} config: transformers {transformers.__version__} cannot build this model "
+                            f"({type(exc).__name__}: {first})") from None
     finally:
         logging.disable(logging.NOTSET)
         transformers.logging.set_verbosity(previous)

@@ -14,6 +14,7 @@ from trainplan.catalog import Catalog, get_catalog, resolve_model
 from trainplan.estimate import architecture as arch_mod
 from trainplan.estimate.compose import compose
 from trainplan.estimate.hf_check import CountMismatch, check_model_file
+from trainplan.hfconfig import ConfigRefused
 from trainplan.estimate.compute import memory_bound_bytes_per_token, training_step_flops
 from trainplan.estimate.memory import (
     LoraSaves,
@@ -73,7 +74,7 @@ def resolve_transformer(job: TransformerJob, catalog: Catalog | None = None) -> 
     arch = resolve_model(job.model, catalog)
     try:
         check_model_file(job.model)
-    except CountMismatch as exc:
+    except (CountMismatch, ConfigRefused) as exc:  # a count off transformers', or a config transformers cannot build
         raise SpecError(str(exc), field="model") from None
     counts = arch_mod.param_counts(arch, job.seq_len)
     lora = job.lora_spec

@@ -6,7 +6,7 @@ trainplan can describe with Megatron's switches is rendered: layers, widths, gro
 GELU, RMSNorm or LayerNorm, rotary or learned positions, biases, tied or untied embeddings, and mixture-of-experts
 layers (routed experts, top-k, expert and shared-expert widths, dense layers as a ``--moe-layer-freq`` list).
 What Megatron has no switch for in this rendering is refused in one line: multi-head latent attention, sliding
-windows, logit soft-capping, attention sinks, q/k norms over the full width, four norms a block, LoRA / QLoRA, a pretrained Hugging
+windows, logit soft-capping, attention sinks, NoPE layers, q/k norms over the full width, four norms a block, LoRA / QLoRA, a pretrained Hugging
 Face checkpoint (Megatron loads its own checkpoint format; convert it with Megatron-Bridge first), FSDP / ZeRO-2 / 3
 strategies (Megatron's own FSDP is not rendered here: pick a ddp or zero1 option).
 
@@ -85,6 +85,7 @@ def check(plan: LaunchPlan) -> ModelArch:
         "mla": "multi-head latent attention", "sliding_window": "a sliding attention window",
         "final_logit_softcap": "logit soft-capping", "attention_sinks": "attention sinks",
         "gelu_python": "transformers' Python GELU", "extra_embedding_params": "extra embedding parameters",
+        "nope_layers": "layers without rotary embeddings (NoPE)",
     }  # fmt: skip
     for field, what in refused.items():
         if getattr(arch, field):
