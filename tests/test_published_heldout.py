@@ -48,9 +48,11 @@ FROZEN = {
     "published_heldout14.yaml": "777e55113440b5ed2426fc6ebbf096f46bb0a8ed7da40fcbf1cf2cb8c98aa39d",
     # the fifteenth: collected 2026-12-06 (session 16), after knobs.checkpoint_fraction; one campaign's job logs
     "published_heldout15.yaml": "c452e97819223c6cac653c055077776ac9e2fd2b2cb405add55d2f4eec22c71a",
+    # the sixteenth: collected 2026-12-07 (session 17), three published out-of-memory runs (DeepSpeed capacity probes)
+    "published_heldout16.yaml": "d163d32c48711e08b0c19ee233afb18b6736d6d2280544a4af5ec4e5cdea3cc3",
 }
 (HELDOUT, HELDOUT2, HELDOUT3, HELDOUT4, HELDOUT5, HELDOUT6, HELDOUT7, HELDOUT8, HELDOUT9, HELDOUT10, HELDOUT11,
- HELDOUT12, HELDOUT13, HELDOUT14, HELDOUT15) = (DATA / name for name in FROZEN)
+ HELDOUT12, HELDOUT13, HELDOUT14, HELDOUT15, HELDOUT16) = (DATA / name for name in FROZEN)
 IN_SAMPLE = ("published_llm.yaml", "published_stacks.yaml")
 
 
@@ -145,6 +147,12 @@ def test_the_later_sets_are_usable_and_new() -> None:
     for rec in fifteenth:  # job logs of the IDRIS campaign no earlier record cites, each one a document
         log = str(rec["source"]).split()[1].split("@")[0]
         assert log.startswith("logs/out/") and log not in cited14 + in_sample_text, rec["id"]
+    cited15 = cited14 + " ".join(str(r.get("source")) for r in fifteenth)
+    earlier_ids |= {r["id"] for r in fifteenth}
+    sixteenth = _new_set(HELDOUT16, earlier_ids, records=8, ooms=3)
+    for document in ("kaust-rccl/Dist-DL-training", "mx_formats/README.md", "llm-serving-systems-lab",
+                     "qwen-train-canary"):  # its four documents, new
+        assert any(document in str(r["source"]) for r in sixteenth) and document not in cited15 + in_sample_text
     for rec in fourth:  # kept whole, the configurations trainplan cannot express included (reported as not modelled)
         assert rec["source"] and rec["notes"] and rec["measured"], rec["id"]
         assert rec["measured"].get("fits") is False or rec["measured"].get("peak_memory_gib"), rec["id"]
