@@ -44,6 +44,7 @@ from trainplan.estimate.tpu import xla_device_memory
 from trainplan.estimate.steptime import default_efficiency, parallel_step_time, step_time
 from trainplan.spec import TorchJob, TransformerJob
 from trainplan.strategies import Engine, Strategy
+from trainplan.frozen import evolve
 
 
 # (job, profile, catalog, accelerator kind, layout, strategy, micro-steps) → the breakdown; the value keeps the objects
@@ -327,7 +328,7 @@ def compose(
 
     parallel = layout.model_parallel and profile.split is not None and rejection is None
     # a layout that cannot be estimated still shows the data-parallel figure of its devices
-    mem_hw = hw if parallel or not layout.model_parallel else replace(hw, layout=layout.split())
+    mem_hw = hw if parallel or not layout.model_parallel else evolve(hw, layout=layout.split())
     mem = step_memory(job, profile, mem_hw, strategy, catalog, micro_steps=micro_steps)
     rejection = rejection or memory_rejection(mem, hw, catalog, profile.source)
 

@@ -7,7 +7,7 @@ apply the same strategy rules.  Sources of each term are cited in
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from trainplan.catalog import Catalog
 from trainplan.estimate.compute import KernelSplit
@@ -17,6 +17,7 @@ from trainplan.estimate.memory import gradient_bytes_per_param, optimizer_bytes_
 from trainplan.estimate.result import Hardware
 from trainplan.spec import Optimizer, Precision
 from trainplan.strategies import Engine, Layout, Strategy
+from trainplan.frozen import evolve
 
 
 @dataclass(frozen=True)
@@ -245,7 +246,7 @@ def parallel_step_time(
     shard = rank_flops_share(model_split, layout)
     g, nodes = dp_group(layout)
     per_node = layout.gpus_per_node
-    dp_hw = replace(hw, layout=Layout(gpus_per_node=g, nodes=nodes),
+    dp_hw = evolve(hw, layout=Layout(gpus_per_node=g, nodes=nodes),
                     network_gbps=(hw.network_gbps or 0.0) * g / per_node or None)  # fmt: skip
     # Under a pipeline schedule the data-parallel collectives run once per step, not per micro-batch: FSDP keeps the
     # stage's parameters gathered across its micro-batches and reduces the gradients after the last one (Llama 3,

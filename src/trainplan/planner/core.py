@@ -26,6 +26,7 @@ from trainplan.planner.layouts import keep_useful, search_layouts
 from trainplan.planner.this_machine import THIS_MACHINE
 from trainplan.spec import Checkpointing, Job, KerasJob, LoraSpec, Method, ScriptJob, TabularJob, TorchJob, TransformerJob
 from trainplan.strategies import Strategy, strategies_for
+from trainplan.frozen import evolve
 
 MEMORY_KINDS = (RejectKind.DEVICE_MEMORY, RejectKind.HOST_MEMORY)
 HINTED_REJECTIONS = 100  # rejections that get a fit hint: the nearest, as tables and reports show them
@@ -70,7 +71,7 @@ def with_energy(e: Estimate, catalog: Catalog, regions: Mapping[str, str] | None
     """``e`` with the kWh and kg CO2e of its whole job (``estimate/energy.py``); ``regions``: cloud → grid region."""
     util = 1.0 if e.kind == "tabular" else step_utilisation(e.time_breakdown, e.step_time_s)
     energy = option_energy(e.hardware, catalog, train_s=e.train_s, startup_s=e.startup_s, utilisation=util, regions=regions)
-    return replace(e, energy=energy)
+    return evolve(e, energy=energy)
 
 
 def job_profile(job: TorchJob | TransformerJob | KerasJob, catalog: Catalog, *, trace: bool = False,
@@ -169,16 +170,26 @@ def _simplicity(strategy: str) -> int:
 
 
 def pareto_front(options: Sequence[Estimate]) -> frozenset[int]:
-    """Indices of options no other option beats on both time and cost."""
+    """Indices of options no other option beats on both time and cost (at least as good on both, better on one).
+
+    One sort and one sweep (Kung, Luccio & Preparata 1975, the two-dimensional case) instead of comparing every pair:
+    in (hours, cost) order an option is on the front when it is the cheapest of its hours (ties on both kept) and
+    cheaper than everything faster; a plan ranks thousands of options."""
+    points = [(e.hours, e.cost_usd) for e in options]
     front = set()
-    for i, a in enumerate(options):
-        dominated = any(
-            (b.hours <= a.hours and b.cost_usd <= a.cost_usd) and (b.hours < a.hours or b.cost_usd < a.cost_usd)
-            for j, b in enumerate(options)
-            if j != i
-        )
-        if not dominated:
-            front.add(i)
+    cheapest_faster = float("inf")  # the lowest cost among options strictly faster than the current hours
+    order = sorted(range(len(points)), key=points.__getitem__)
+    start = 0
+    while start < len(order):
+        hours = points[order[start]][0]
+        end = start
+        while end < len(order) and points[order[end]][0] == hours:
+            end += 1
+        group_cost = points[order[start]][1]  # the group's lowest cost: sorted by cost within equal hours
+        if group_cost < cheapest_faster:
+            front.update(i for i in order[start:end] if points[i][1] == group_cost)
+        cheapest_faster = min(cheapest_faster, group_cost)
+        start = end
     return frozenset(front)
 
 

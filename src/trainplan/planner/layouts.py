@@ -14,7 +14,6 @@ interleaved, with the two data-parallel shardings that run under pipelines (Mega
 from __future__ import annotations
 
 import itertools
-from dataclasses import replace
 from typing import Callable, Iterator
 
 from trainplan.catalog import Catalog
@@ -28,6 +27,7 @@ from trainplan.estimate.profile import StepProfile
 from trainplan.estimate.result import Estimate
 from trainplan.spec import TransformerJob
 from trainplan.strategies import Strategy
+from trainplan.frozen import evolve
 
 POWERS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 SHARDINGS = (Strategy.ZERO1, Strategy.FSDP)
@@ -88,7 +88,7 @@ def _with_layout(hw: Hardware, **degrees: int | bool) -> Hardware | None:
         layout = hw.layout.split(**degrees)
     except SpecError:
         return None
-    return replace(hw, layout=layout)
+    return evolve(hw, layout=layout)
 
 
 def layouts_for(job: TransformerJob, profile: StepProfile, hw: Hardware, catalog: Catalog) -> Iterator[tuple[Hardware, Strategy]]:
