@@ -19,6 +19,7 @@ ROOT = Path(trainplan.__file__).parent
 LAYERS: dict[str, int] = {
     "trainplan.errors": 0,
     "trainplan.files": 0,
+    "trainplan.frozen": 0,  # evolve(): a changed copy of a frozen dataclass
     "trainplan.model": 0,
     "trainplan.hfconfig": 0,
     "trainplan.strategies": 0,
