@@ -353,3 +353,24 @@ def test_granite_keeps_what_llama_keeps() -> None:
                "residual_multiplier": 0.22, "logits_scaling": 8.0}  # fmt: skip
     assert saved(granite) == saved({"model_type": "llama", **shape})
     assert param_counts(arch_from_hf_config(granite)).total == param_counts(arch_from_hf_config({"model_type": "llama", **shape})).total
+
+
+def test_smollm3_nope_layers_keep_what_llama_keeps() -> None:
+    """SmolLM3's NoPE layers skip the rotary embedding, which keeps nothing of its own for backward (the product with
+    cos / sin needs only them): a SmolLM3 with NoPE on every other layer and a Llama of the same shape save the same
+    bytes in a training forward pass with its loss (saved-tensor hooks, CPU, bf16) — so trainplan models NoPE as
+    Llama's memory (docs/models.md)."""
+    import torch
+
+    shape = {**TINY, "attention_bias": False, "tie_word_embeddings": False, "bos_token_id": None, "eos_token_id": None}
+
+    def saved(cfg: dict) -> int:
+        torch.manual_seed(0)
+        model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**cfg),
+                                                              attn_implementation="sdpa").to(torch.bfloat16)  # fmt: skip
+        ids = torch.randint(1, 101, (2, 32))
+        return _saved_bytes(model, lambda: model(input_ids=ids, labels=ids).loss)
+
+    smol = {"model_type": "smollm3", **shape, "no_rope_layer_interval": 2}
+    assert arch_from_hf_config(smol).nope_layers == 2
+    assert saved(smol) == saved({"model_type": "llama", **shape})
