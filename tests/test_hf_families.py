@@ -335,23 +335,26 @@ def test_the_trace_refuses_fp32_experts_in_one_line() -> None:
     assert "\n" not in str(info.value)
 
 
+def _saved_by_loss_step(cfg: dict) -> int:
+    """Bytes autograd saves in a training forward pass with its loss of the bf16 model transformers builds from
+    ``cfg`` (SDPA attention, CPU, a fixed seed and batch): equal for two configs that keep the same tensors."""
+    import torch
+
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**cfg),
+                                                          attn_implementation="sdpa").to(torch.bfloat16)  # fmt: skip
+    ids = torch.randint(1, 101, (2, 32))
+    return _saved_bytes(model, lambda: model(input_ids=ids, labels=ids).loss)
+
+
 def test_granite_keeps_what_llama_keeps() -> None:
     """Granite's four scalars (embedding, attention, residual, logits) keep nothing for backward: a Granite and a Llama
     of the same shape save the same bytes in a training forward pass with its loss (saved-tensor hooks, CPU, bf16)."""
-    import torch
-
     shape = {**TINY, "attention_bias": False, "tie_word_embeddings": False}
-
-    def saved(cfg: dict) -> int:
-        torch.manual_seed(0)
-        model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**cfg),
-                                                              attn_implementation="sdpa").to(torch.bfloat16)  # fmt: skip
-        ids = torch.randint(1, 101, (2, 32))
-        return _saved_bytes(model, lambda: model(input_ids=ids, labels=ids).loss)
 
     granite = {"model_type": "granite", **shape, "embedding_multiplier": 12.0, "attention_multiplier": 0.015625,
                "residual_multiplier": 0.22, "logits_scaling": 8.0}  # fmt: skip
-    assert saved(granite) == saved({"model_type": "llama", **shape})
+    assert _saved_by_loss_step(granite) == _saved_by_loss_step({"model_type": "llama", **shape})
     assert param_counts(arch_from_hf_config(granite)).total == param_counts(arch_from_hf_config({"model_type": "llama", **shape})).total
 
 
@@ -360,17 +363,8 @@ def test_smollm3_nope_layers_keep_what_llama_keeps() -> None:
     cos / sin needs only them): a SmolLM3 with NoPE on every other layer and a Llama of the same shape save the same
     bytes in a training forward pass with its loss (saved-tensor hooks, CPU, bf16) — so trainplan models NoPE as
     Llama's memory (docs/models.md)."""
-    import torch
-
     shape = {**TINY, "attention_bias": False, "tie_word_embeddings": False, "bos_token_id": None, "eos_token_id": None}
-
-    def saved(cfg: dict) -> int:
-        torch.manual_seed(0)
-        model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**cfg),
-                                                              attn_implementation="sdpa").to(torch.bfloat16)  # fmt: skip
-        ids = torch.randint(1, 101, (2, 32))
-        return _saved_bytes(model, lambda: model(input_ids=ids, labels=ids).loss)
 
     smol = {"model_type": "smollm3", **shape, "no_rope_layer_interval": 2}
     assert arch_from_hf_config(smol).nope_layers == 2
-    assert saved(smol) == saved({"model_type": "llama", **shape})
+    assert _saved_by_loss_step(smol) == _saved_by_loss_step({"model_type": "llama", **shape})
