@@ -233,6 +233,7 @@ def check_job(job: Any, script: Path | None, *, runs_here: bool = True) -> Any:
     if script is not None:
         return job
     from trainplan.run.workloads.checks import (
+        as_built,
         as_trained,
         check_loss,
         check_optimizer,
@@ -254,6 +255,7 @@ def check_job(job: Any, script: Path | None, *, runs_here: bool = True) -> Any:
         if job.data not in (None, "synthetic") and not Path(job.data).expanduser().is_file():
             raise SpecError(f"data file not found: {job.data} (or use data: synthetic)", field="data")
         check_pretrained(job, arch)
+        job = as_built(job)[0]  # the model as transformers builds it (after the checkpoint's weights are checked)
     else:
         import_callable(job.model, field="model")
         check_loss(job.loss)
@@ -290,13 +292,12 @@ def check_pretrained(job: Any, arch: Any) -> None:
 
 
 def stack_notes(job: Any, script: Path | None) -> tuple[str, ...]:
-    """What of the job's stack and knobs the built-in workloads do not apply (none for a user's script)."""
+    """What of the job's stack, knobs and model the built-in workloads do not apply (none for a user's script)."""
     if script is not None:
         return ()
-    from trainplan.run.workloads.checks import as_trained
+    from trainplan.run.workloads.checks import as_built, as_trained
 
-    note = as_trained(job)[1]
-    return () if note is None else (note,)
+    return tuple(note for note in (as_trained(job)[1], as_built(job)[1]) if note is not None)
 
 
 #: Called while the data is tokenized: (records done, records in all).

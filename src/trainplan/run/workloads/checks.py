@@ -197,6 +197,23 @@ def as_trained(job: Any) -> tuple[Any, str | None]:
     return trained_job, note
 
 
+def as_built(job: Any) -> tuple[Any, str | None]:
+    """The job with the model the built-in workloads build, and a note when it differs from the job's.
+
+    transformers builds no DeepSeek-V3 multi-token-prediction module (``num_nextn_predict_layers``: its
+    ``DeepseekV3Model`` stops at the decoder layers, and ``from_pretrained`` ignores those weights:
+    ``_keys_to_ignore_on_load_unexpected``, transformers 5.25), so the prediction a run is compared with leaves them out; the plan and ``estimate`` keep them (Megatron and torchtitan recipes can
+    train them)."""
+    if getattr(getattr(job, "kind", None), "value", None) != "transformer":
+        return job, None
+    arch = resolve_arch(job)
+    if not arch.mtp_layers:
+        return job, None
+    note = (f"transformers builds none of the model's {arch.mtp_layers} multi-token-prediction module(s) "
+            "(num_nextn_predict_layers): trainplan run trains and predicts the model without them")
+    return job.model_copy(update={"model": arch.model_copy(update={"mtp_layers": 0})}), note
+
+
 def _shown(value: Any) -> str:
     if isinstance(value, frozenset):  # knobs.recompute_modules
         return "[" + ", ".join(sorted(_shown(v) for v in value)) + "]"
