@@ -191,6 +191,25 @@ def test_published_verdicts_use_the_record_stack() -> None:
     assert compare({**rec, "stack": "plain"}).predicted_fits is False
 
 
+def test_thunders_benchmark_script_takes_its_loss_over_the_whole_logits() -> None:
+    """lightning-thunder's benchmark_litgpt.py trains LitGPT's model with its own loop: F.cross_entropy over the whole
+    16-bit logits, outside the compiled model — not LitGPT's chunked loss. Its records are read so, and the loss then
+    costs more than LitGPT's (the same record as a LitGPT run keeps less)."""
+    from trainplan.estimate.published import compare, framework_knobs
+
+    rec = {"id": "thunder-x", "framework": "lightning-thunder benchmark_litgpt.py (LitGPT model code)", "stack": "litgpt",
+           "model": "llama-2-7b", "method": "full", "hardware": {"accelerator": "H100-80GB", "gpus_per_node": 8, "nodes": 1},
+           "strategy": "fsdp", "precision": "bf16-pure", "seq_len": 4096, "micro_batch": 1,
+           "activation_checkpointing": "full", "knobs": {"compile": True}, "measured": {"peak_memory_gib": 40}}  # fmt: skip
+    assert framework_knobs(rec) == {"loss": "full", "loss_upcast": False, "compile_loss": False}
+    eager = {**rec, "knobs": {}}
+    assert framework_knobs(eager) == {"loss": "full", "loss_upcast": False}  # no compile: nothing to say about it
+    litgpt_loop = {**rec, "framework": "LitGPT pretrain"}
+    assert framework_knobs(litgpt_loop) == {}
+    logits = 4096 * 32000
+    assert compare(rec).predicted_peak_gib - compare(litgpt_loop).predicted_peak_gib > 2 * logits / 2**30
+
+
 def test_the_trace_honours_the_knobs_it_can_run() -> None:
     """A chunked loss is traced as chunks (fewer fp32 logits kept); a fused optimizer makes no foreach buffers;
     what is not eager PyTorch (a fused loss kernel, compile) is named as not traced."""

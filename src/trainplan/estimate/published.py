@@ -124,6 +124,12 @@ def framework_knobs(rec: dict[str, Any]) -> dict[str, Any]:
     peft = _stated_version(rec, "peft")
     if peft is not None and peft < (0, 11) and rec.get("method") in ("lora", "qlora"):
         knobs["lora_fp32_adapters"] = False  # PEFT casts adapters to fp32 from 0.11 (autocast_adapter_dtype, PR #1706)
+    if "benchmark_litgpt" in str(rec.get("framework", "")):
+        # lightning-thunder's benchmark script trains LitGPT's model but not LitGPT's loop: F.cross_entropy over the
+        # whole logits as the model returns them, outside the compiled model (its train loop)
+        knobs.update(loss="full", loss_upcast=False)
+        if (rec.get("knobs") or {}).get("compile"):
+            knobs["compile_loss"] = False
     titan = "torchtitan" in str(rec.get("framework", "")).lower()
     if titan and rec.get("activation_checkpointing") == "selective":
         knobs["selective_recompute"] = "alternate-matmuls"
