@@ -39,6 +39,7 @@ HELDOUT13 = DATA.with_name("published_heldout13.yaml")  # thirteenth: frozen 202
 HELDOUT14 = DATA.with_name("published_heldout14.yaml")  # fourteenth: frozen 2026-12-06 (session 15)
 HELDOUT15 = DATA.with_name("published_heldout15.yaml")  # fifteenth: frozen 2026-12-06 (session 16)
 HELDOUT16 = DATA.with_name("published_heldout16.yaml")  # sixteenth: frozen 2026-12-07 (session 17)
+HELDOUT17 = DATA.with_name("published_heldout17.yaml")  # seventeenth: frozen 2026-12-07 (session 18)
 # every frozen set as the code that froze it predicted it (python benchmarks/first_looks.py --write ...)
 FIRST_LOOKS = {s["set"]: s for s in json.loads(DATA.with_name("first_looks.json").read_text())}
 
@@ -121,6 +122,8 @@ def main() -> None:
                "may be chosen by it; one campaign's job logs, no out-of-memory run)", args.all)
     frozen_set(HELDOUT16, "SIXTEENTH SET (frozen 2026-12-07, session 17, after the SmolLM3 reader; held out: no change may\n"
                "be chosen by it; three DeepSpeed out-of-memory probes)", args.all)
+    frozen_set(HELDOUT17, "SEVENTEENTH SET (frozen 2026-12-07, session 18, after the Thunder benchmark's loss reading; held out:\n"
+               "no change may be chosen by it; two torchtitan out-of-memory runs on GPUs without a catalog row)", args.all)
     pooled = signed_errors(list(FIRST_LOOKS.values()))
     print(f"\nEVERY FROZEN SET'S FIRST LOOK, POOLED (out of sample; the memory error band's source): {len(pooled)} peaks from "
           f"{len(FIRST_LOOKS)} sets, median |err| {statistics.median(abs(e) for e in pooled):.1%}")

@@ -50,9 +50,11 @@ FROZEN = {
     "published_heldout15.yaml": "c452e97819223c6cac653c055077776ac9e2fd2b2cb405add55d2f4eec22c71a",
     # the sixteenth: collected 2026-12-07 (session 17), three published out-of-memory runs (DeepSpeed capacity probes)
     "published_heldout16.yaml": "d163d32c48711e08b0c19ee233afb18b6736d6d2280544a4af5ec4e5cdea3cc3",
+    # the seventeenth: collected 2026-12-07 (session 18), two torchtitan out-of-memory runs on GPUs with no catalog row
+    "published_heldout17.yaml": "8bd60e5c51b7431da3379d489459c3e04dfcfa2da6f390998b5c79b27245c2aa",
 }
 (HELDOUT, HELDOUT2, HELDOUT3, HELDOUT4, HELDOUT5, HELDOUT6, HELDOUT7, HELDOUT8, HELDOUT9, HELDOUT10, HELDOUT11,
- HELDOUT12, HELDOUT13, HELDOUT14, HELDOUT15, HELDOUT16) = (DATA / name for name in FROZEN)
+ HELDOUT12, HELDOUT13, HELDOUT14, HELDOUT15, HELDOUT16, HELDOUT17) = (DATA / name for name in FROZEN)
 IN_SAMPLE = ("published_llm.yaml", "published_stacks.yaml")
 
 
@@ -153,6 +155,13 @@ def test_the_later_sets_are_usable_and_new() -> None:
     for document in ("kaust-rccl/Dist-DL-training", "mx_formats/README.md", "llm-serving-systems-lab",
                      "qwen-train-canary"):  # its four documents, new
         assert any(document in str(r["source"]) for r in sixteenth) and document not in cited15 + in_sample_text
+    cited16 = cited15 + " ".join(str(r.get("source")) for r in sixteenth)
+    earlier_ids |= {r["id"] for r in sixteenth}
+    seventeenth = _new_set(HELDOUT17, earlier_ids, records=6, ooms=2)
+    for document in ("examples/train/liger/sft.sh", "experts4bit-qlora", "torchtitan/pull/2461",
+                     "torchtitan/issues/620"):  # its four documents, new (the collector's llm-foundry #468 rows dropped)
+        assert any(document in str(r["source"]) for r in seventeenth) and document not in cited16 + in_sample_text
+    assert "llm-foundry/issues/468" in cited16  # why rule (0) dropped them
     for rec in fourth:  # kept whole, the configurations trainplan cannot express included (reported as not modelled)
         assert rec["source"] and rec["notes"] and rec["measured"], rec["id"]
         assert rec["measured"].get("fits") is False or rec["measured"].get("peak_memory_gib"), rec["id"]
