@@ -31,6 +31,8 @@ from trainplan.planner.local import local_cpu_hardware
 from trainplan.spec import parse_job
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "published_tabular.yaml"
+# frozen 2026-12-07 before any prediction of it: 2022-2025 releases, never used to choose a change (issue 20)
+HELDOUT = DATA.with_name("published_tabular_heldout.yaml")
 # Pascal consumer cards the sources used, from NVIDIA's GeForce GTX 1080 Ti / 1080 specification pages:
 # 11 GB GDDR5X at 484 GB/s, 8 GB GDDR5X at 320 GB/s (their compute peaks do not enter the tabular estimate)
 PASCAL = {"GTX1080Ti": (11.0, 484.0), "GTX1080": (8.0, 320.0)}
@@ -66,7 +68,7 @@ def hardware_of(rec: dict, cat):  # noqa: ANN001, ANN201
         return hw
     acc_id = h["accelerator"]
     if acc_id in cat.accelerators:
-        return hardware_for_gpu(cat.accelerators[acc_id], cat, gpus=1)
+        return hardware_for_gpu(cat.accelerators[acc_id], cat, gpus=int(h.get("gpus") or 1))
     memory, bandwidth = PASCAL[acc_id]  # a card no catalog instance carries: a V100 machine with that card in it
     hw = hardware_for_gpu(cat.accelerators["V100-16GB"], cat, gpus=1)
     return replace(hw, accelerator=replace(hw.accelerator, id=acc_id, memory_gib=memory, mem_bandwidth_gb_s=bandwidth))
@@ -134,6 +136,35 @@ def main() -> None:
             print(f"{name:46} {published:14.0f} {predicted:14.0f} {(predicted - published) / published:+7.1%}")
         ctx = cat.assumption("cuda_context_gib") * GIB / 2**20
         print(f"(predicted includes the CUDA context assumption, {ctx:.0f} MiB)")
+    heldout(cat, releases=not args.no_releases)
+
+
+def heldout(cat, *, releases: bool) -> None:  # noqa: ANN001
+    """The frozen held-out set, apart: each run's factor, or trainplan's reason for not estimating it."""
+    rows = yaml.safe_load(HELDOUT.read_text())
+    print(f"\nHELD OUT ({HELDOUT.name}: frozen 2026-12-07 before any prediction; no change chosen by it), {len(rows)} runs")
+    print(f"{'record':50} {'hardware':14} {'published s':>12} {'predicted s':>12} {'factor':>7}")
+    factors: dict[str, list[float]] = {}
+    for rec in rows:
+        job, hw = job_of(rec, releases=releases), hardware_of(rec, cat)
+        h = rec["hardware"]
+        where = f"{h['gpus']}x{h['accelerator']}" if h["kind"] == "gpu" else f"{h['threads']} cores"
+        e = estimate_tabular(job, hw, cat)
+        if e.rejection is not None and e.rejection.kind.value not in ("device-memory", "host-memory"):
+            print(f"{rec['id']:50} {where:14} not estimated: {e.rejection.text}")
+            continue
+        published = float(rec["measured"]["train_s"])
+        factor = e.train_s / published
+        factors.setdefault(rec["library"], []).append(factor)
+        print(f"{rec['id']:50} {where:14} {published:12.2f} {e.train_s:12.2f} {factor:7.2f}")
+    every = [f for fs in factors.values() for f in fs]
+    for library, fs in sorted(factors.items()):
+        off = [math.exp(abs(math.log(f))) for f in fs]
+        print(f"  {library:9} {len(fs):2d} runs: median factor off x{statistics.median(off):.2f}, median predicted/measured "
+              f"{statistics.median(fs):.2f}")  # fmt: skip
+    off = [math.exp(abs(math.log(f))) for f in every]
+    print(f"held out: {len(every)} runs, median factor off x{statistics.median(off):.2f} (median predicted/measured "
+          f"{statistics.median(every):.2f}), worst x{max(off):.2f}, within x1.25: {sum(o <= 1.25 for o in off)}")  # fmt: skip
 
 
 if __name__ == "__main__":
