@@ -81,6 +81,28 @@ def test_a_rate_probed_under_the_earlier_cost_model_is_not_applied() -> None:
     assert measured_rate_lookup(job, new)(this_machine_hardware(new, get_catalog())) == 2.5
 
 
+def test_a_run_here_is_predicted_at_the_probed_rate_until_a_run_calibrates_it() -> None:
+    """`trainplan run` of a tabular job on this machine prices it at the rate `trainplan probe` measured here (when no
+    earlier run of the library is in the calibration store), and says so; another CPU keeps the catalog's rate."""
+    from trainplan.estimate.tabular import estimate_tabular
+    from trainplan.measure.probe import cpu_hardware_id
+    from trainplan.planner.local import local_cpu_hardware, predict_run
+
+    job = parse_job({"kind": "tabular", "library": "xgboost", "rows": 100_000, "features": 20, "trees": 50})
+    here = cpu_hardware_id(cpu_model_name(), usable_cores())
+    catalog_s = predict_run(job, "cpu", 1, here)["train_s"]
+    save_profile(profile(measured={"tabular_xgboost": (5.0, "cpu")}))
+    probed = predict_run(job, "cpu", 1, here)
+    expected = estimate_tabular(job, local_cpu_hardware(usable_cores()), get_catalog(), ns_per_cell=5.0)
+    assert probed["train_s"] == pytest.approx(expected.train_s) and probed["train_s"] != pytest.approx(catalog_s)
+    assert probed["from_calibration"] is False and "trainplan probe measured on this machine" in probed["note"]
+    other = predict_run(job, "cpu", 1, "cpu:Other CPU:2")
+    assert other["train_s"] == pytest.approx(estimate_tabular(job, local_cpu_hardware(2), get_catalog()).train_s)
+    assert other["note"] is None
+    lightgbm = parse_job({"kind": "tabular", "library": "lightgbm", "rows": 100_000, "features": 20, "trees": 50})
+    assert predict_run(lightgbm, "cpu", 1, here)["note"] is None  # no probed rate for that library
+
+
 def test_profile_of_another_host_is_not_used() -> None:
     save_profile(profile(host="some-other-host", measured={"tabular_xgboost": (5.0, "cpu")}))
     assert mine(plan_job(load_job(EXAMPLES / "xgboost-10m.yaml"))) == []

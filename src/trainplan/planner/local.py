@@ -213,6 +213,14 @@ def predict_run(job: Job, strategy: str, devices: int, device_kind: str) -> dict
         acc = find_accelerator(device_kind, catalog)
         hw = hardware_for_gpu(acc, catalog, gpus=max(1, devices))
     lookup = efficiency_lookup(job, this_machine=device_kind)
+    probed = None
+    if lookup is None and isinstance(job, TabularJob) and hw.accelerator is None:
+        # no run of this library measured here yet: the rate `trainplan probe` measured on this machine, if any
+        from trainplan.planner.this_machine import probed_tabular_rate
+
+        probed = probed_tabular_rate(job, hardware_id=device_kind)
+        if probed is not None:
+            lookup = lambda _hw, rate=probed: rate  # noqa: E731
     est = make_estimator(job, catalog, efficiency_for=lookup)
     e = est(hw, None if isinstance(job, TabularJob) else Strategy.parse(strategy))
     if hw.accelerator is None and not isinstance(job, TabularJob) and e.rejection is not None \
@@ -222,8 +230,9 @@ def predict_run(job: Job, strategy: str, devices: int, device_kind: str) -> dict
         "step_time_s": None if isinstance(job, TabularJob) else e.step_time_s,
         "peak_gib": e.memory.peak / GIB,
         "train_s": e.train_s,
-        "from_calibration": e.calibrated,
-        "note": e.reason,
+        "from_calibration": e.calibrated and probed is None,
+        "note": e.reason or (f"{job.library.value} priced at the per-core rate trainplan probe measured on this machine "
+                             f"({probed:.3g} ns per unit of work)" if probed is not None else None),
     }
     out["rows_per_s" if isinstance(job, TabularJob) else "tokens_per_s" if e.throughput_unit == "tokens_per_s" else "samples_per_s"] = e.throughput
     return out

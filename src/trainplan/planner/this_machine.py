@@ -141,16 +141,29 @@ def this_machine_candidates(job: Job, catalog: Catalog, profile: HardwareProfile
         yield hw, strategy
 
 
+def probed_tabular_rate(job: Job, profile: HardwareProfile | None = None, *, hardware_id: str | None = None) -> float | None:
+    """The per-core rate ``trainplan probe`` measured for a tabular job's library on this machine (ns per unit of
+    work, tabular_rates.csv's unit), or None: not a tabular job, no profile of this machine, a ``hardware_id``
+    (``cpu:<model>:<cores>``) that is not the profiled CPU, or a rate probed under an earlier cost model (another
+    unit: probe again)."""
+    if not isinstance(job, TabularJob):
+        return None
+    from trainplan.measure.microbench import tabular_rate_unit
+    from trainplan.measure.probe import cpu_hardware_id
+
+    prof = profile or profile_for_this_machine()
+    if prof is not None and hardware_id is not None and hardware_id != cpu_hardware_id(
+            str(prof.machine.get("cpu_model", "")), int(prof.machine.get("cpu_cores", 0) or 0)):
+        return None
+    measured = prof.measurement(f"tabular_{job.library.value}") if prof is not None else None
+    return measured.value if measured is not None and measured.unit == tabular_rate_unit(job.library.value) else None
+
+
 def measured_rate_lookup(job: Job, profile: HardwareProfile | None = None,
                          fallback: Callable[[Hardware], float | None] | None = None) -> Callable[[Hardware], Any] | None:  # fmt: skip
     """An ``efficiency_for`` giving the probe's per-core rate for a tabular job on this machine's CPUs,
     and ``fallback``'s answer for every other option (None without a profile or a measured rate)."""
-    from trainplan.measure.microbench import tabular_rate_unit
-
-    prof = profile or (profile_for_this_machine() if isinstance(job, TabularJob) else None)
-    measured = prof.measurement(f"tabular_{job.library.value}") if prof is not None and isinstance(job, TabularJob) else None
-    # a rate probed under an earlier cost model is in another unit: not applied (probe again)
-    rate = measured.value if measured is not None and measured.unit == tabular_rate_unit(job.library.value) else None
+    rate = probed_tabular_rate(job, profile)
     if rate is None:
         return fallback
 

@@ -202,8 +202,8 @@ def as_built(job: Any) -> tuple[Any, str | None]:
 
     transformers builds no DeepSeek-V3 multi-token-prediction module (``num_nextn_predict_layers``: its
     ``DeepseekV3Model`` stops at the decoder layers, and ``from_pretrained`` ignores those weights:
-    ``_keys_to_ignore_on_load_unexpected``, transformers 5.25), so the prediction a run is compared with leaves them out; the plan and ``estimate`` keep them (Megatron and torchtitan recipes can
-    train them)."""
+    ``_keys_to_ignore_on_load_unexpected``, transformers 5.25), so the prediction a run is compared with leaves them
+    out; the plan and ``estimate`` keep them (Megatron and torchtitan recipes can train them)."""
     if getattr(getattr(job, "kind", None), "value", None) != "transformer":
         return job, None
     arch = resolve_arch(job)
