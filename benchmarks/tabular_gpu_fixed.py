@@ -85,12 +85,32 @@ def main() -> None:
                     before.append(abs(work / t - 1))
         print(f"  held out (1M, 10M): median |err| {statistics.median(held):.0%}, worst {max(held):.0%}; "
               f"work only: median {statistics.median(before):.0%}, worst {max(before):.0%}")  # fmt: skip
+    scaling(data, cat)
     print("\nCPU check (not used for any rate): m7i.8xlarge, 16 physical cores")
     hw = hardware_for_instance(find_instance("m7i.8xlarge", cat), cat)
     for library in ("xgboost", "lightgbm", "catboost"):
         for size, t in zip(sizes, data["cpu"]["m7i.8xlarge"][library]):
             fit = estimate_tabular(job(library, size), hw, cat).time_breakdown["fit_s"]
             print(f"  {library:9} {size:>4}M published {t:7.2f} s, predicted {fit:7.2f} s, {fit / t - 1:+.0%}")
+
+
+def scaling(data: dict, cat) -> None:  # noqa: ANN001
+    """What a GPU's time follows: the largest runs' time above the smallest's (nearly all fixed cost), each GPU over
+    the first one's, against its SM and memory-bandwidth ratios (estimate/tabular.py gpu_ns_per_cell)."""
+    gpus = list(data["gpu"])
+    ref = cat.accelerators[gpus[0]]
+    print(f"\nwork above the {data['rows_millions'][0]}M-row run at {data['rows_millions'][-1]}M rows, over {gpus[0]}'s "
+          f"(the catalog's SM and bandwidth ratios beside it):")
+    print(f"  {'GPU':10} {'xgboost':>8} {'lightgbm':>9} {'catboost':>9} {'SMs':>6} {'bandwidth':>10}")
+    for gpu in gpus:
+        acc = cat.accelerators[gpu]
+        ratios = []
+        for library in ("xgboost", "lightgbm", "catboost"):
+            t, t0 = data["gpu"][gpu][library], data["gpu"][gpus[0]][library]
+            ratios.append((t[-1] - t[0]) / (t0[-1] - t0[0]))
+        sms = f"{ref.sm_count / acc.sm_count:6.2f}" if ref.sm_count and acc.sm_count else f"{'-':>6}"
+        print(f"  {gpu:10} {ratios[0]:8.2f} {ratios[1]:9.2f} {ratios[2]:9.2f} {sms} "
+              f"{ref.mem_bandwidth_gb_s / acc.mem_bandwidth_gb_s:10.2f}")  # fmt: skip
 
 
 if __name__ == "__main__":

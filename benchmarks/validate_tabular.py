@@ -34,8 +34,9 @@ DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "published_tabul
 # frozen 2026-12-07 before any prediction of it: 2022-2025 releases, never used to choose a change (issue 20)
 HELDOUT = DATA.with_name("published_tabular_heldout.yaml")
 # Pascal consumer cards the sources used, from NVIDIA's GeForce GTX 1080 Ti / 1080 specification pages:
-# 11 GB GDDR5X at 484 GB/s, 8 GB GDDR5X at 320 GB/s (their compute peaks do not enter the tabular estimate)
-PASCAL = {"GTX1080Ti": (11.0, 484.0), "GTX1080": (8.0, 320.0)}
+# 11 GB GDDR5X at 484 GB/s, 8 GB GDDR5X at 320 GB/s (their compute peaks do not enter the tabular estimate), and
+# their SMs: 3,584 and 2,560 CUDA cores / 128 per Pascal SM = 28 and 20
+PASCAL = {"GTX1080Ti": (11.0, 484.0, 28), "GTX1080": (8.0, 320.0, 20)}
 
 
 def job_of(rec: dict, *, releases: bool = True) -> object:
@@ -69,9 +70,10 @@ def hardware_of(rec: dict, cat):  # noqa: ANN001, ANN201
     acc_id = h["accelerator"]
     if acc_id in cat.accelerators:
         return hardware_for_gpu(cat.accelerators[acc_id], cat, gpus=int(h.get("gpus") or 1))
-    memory, bandwidth = PASCAL[acc_id]  # a card no catalog instance carries: a V100 machine with that card in it
+    memory, bandwidth, sms = PASCAL[acc_id]  # a card no catalog instance carries: a V100 machine with that card in it
     hw = hardware_for_gpu(cat.accelerators["V100-16GB"], cat, gpus=1)
-    return replace(hw, accelerator=replace(hw.accelerator, id=acc_id, memory_gib=memory, mem_bandwidth_gb_s=bandwidth))
+    return replace(hw, accelerator=replace(hw.accelerator, id=acc_id, memory_gib=memory, mem_bandwidth_gb_s=bandwidth,
+                                           sm_count=sms))
 
 
 def skip_reason(rec: dict) -> str | None:

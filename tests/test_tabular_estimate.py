@@ -404,3 +404,32 @@ def test_a_bad_release_row_is_refused_with_its_file_line_and_column(tmp_path) ->
             writer.writerow(first | {column: value})
         issues = [str(i) for i in load_catalog(tmp_path).issues]
         assert any(i.startswith(f"tabular_releases.csv:2: {column}: {message}") for i in issues), issues
+
+
+@pytest.mark.parametrize("library", ["xgboost", "lightgbm", "catboost"])
+def test_gpu_rates_scale_by_streaming_multiprocessors_where_the_catalog_has_them(library) -> None:
+    """The histogram work on a GPU scales by the SMs against the rate's reference GPU (estimate/tabular.py
+    gpu_ns_per_cell: shared-memory atomic histograms), by memory bandwidth where a GPU has no SM count (AMD), and the
+    estimate says which."""
+    from trainplan.estimate.hardware import hardware_for_gpu
+    from trainplan.estimate.tabular import gpu_ns_per_cell
+
+    cat = get_catalog()
+    rate = cat.tabular_rates[(library, "gpu")]
+    assert rate.ref_sm_count == 28  # the GTX 1080 Ti of XGBoost's GPU benchmark, the rate's reference
+    job = parse_job({"kind": "tabular", "library": library, "rows": 10_000_000, "features": 28, "trees": 100})
+    for acc in (cat.accelerators[a] for a in ("H100-PCIe", "A100-40GB", "L4", "A10G", "MI300X")):
+        ns, how = gpu_ns_per_cell(rate, acc)
+        if acc.sm_count:
+            assert ns == pytest.approx(rate.ns_per_cell * 28 / acc.sm_count) and "SM count" in how
+        else:
+            assert ns == pytest.approx(rate.ns_per_cell * rate.ref_mem_bandwidth_gb_s / acc.mem_bandwidth_gb_s)
+            assert "memory bandwidth" in how
+        if acc.id != "H100-PCIe":  # no catalog instance carries it
+            e = estimate_tabular(job, hardware_for_gpu(acc, cat, gpus=1), cat)
+            # CatBoost's GPU trainer has no ROCm build: rejected on an AMD GPU, with no rate to scale
+            assert any(how in note for note in e.notes) or (library == "catboost" and acc.vendor == "amd" and e.rejection)
+    l4, h100 = cat.accelerators["L4"], cat.accelerators["H100-PCIe"]
+    # an L4 has a seventh of an H100 PCIe's bandwidth but half its SMs: its histograms take about twice as long
+    assert gpu_ns_per_cell(rate, l4)[0] / gpu_ns_per_cell(rate, h100)[0] == pytest.approx(h100.sm_count / l4.sm_count)
+    assert h100.sm_count / l4.sm_count < 2.5 < h100.mem_bandwidth_gb_s / l4.mem_bandwidth_gb_s

@@ -80,6 +80,11 @@ def test_a_negotiated_price_overrides_the_built_in_row(tmp_path: Path, capsys, m
         ({"instances": "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,Price,Region\np5.48xlarge,H100,8,192,2048,98.32,us-east-1"},
          r"instances.csv:1: cloud: column missing from header"),
         ({"vms": "x"}, r"vms.csv: not a catalog file"),
+        # a GPU's SM count (what tabular GPU rates scale by) is a whole number
+        ({"accelerators": "accelerator,vendor,kind,memory_gib,peak_bf16_tflops,peak_fp16_tflops,peak_fp32_tflops,"
+                          "peak_tf32_tflops,mem_bandwidth_gb_s,sm_count,source,as_of\n"
+                          "MYGPU,nvidia,gpu,48,180,180,90,90,960,141.5,our datasheet,2026-12-07"},
+         r"accelerators.csv:2: sm_count: must be a whole number >= 1, got '141.5'"),
         # a name that would reach a label, a SkyPilot task or a shell: refused, never quoted around
         ({"instances": f"{HEADER}\n{NODE.replace('h100-node', '$(reboot)')}", "clouds": CLOUD},
          r"instances.csv:2: instance: '\$\(reboot\)' is not a name"),

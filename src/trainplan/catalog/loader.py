@@ -52,6 +52,7 @@ class Accelerator:
     as_of: str
     tdp_w: float | None = None
     peak_fp8_tflops: float | None = None  # dense FP8 tensor-core peak; None: no FP8 units (or none published)
+    sm_count: int | None = None  # NVIDIA streaming multiprocessors enabled on the product (tabular GPU rates scale by it)
 
     def peak_tflops(self, dtype: str) -> float | None:
         """Dense peak for a compute dtype: 'fp8', 'bf16', 'fp16', 'fp32' (tf32 tensor cores used for fp32 matmuls
@@ -124,6 +125,7 @@ class TabularRate:
     # in this row's cells per training row per tree: once for any categorical column, and per categorical column
     categorical_cells_per_row_tree: float | None = None
     categorical_cells_per_column_row_tree: float | None = None
+    ref_sm_count: int | None = None  # gpu: streaming multiprocessors of the GPU the rate was measured on
 
     @property
     def has_terms(self) -> bool:
@@ -243,6 +245,16 @@ class _RowError(ValueError):
         self.key = key
 
 
+def _opt_count(row: dict[str, str], key: str) -> int | None:
+    """An optional whole count > 0 (an empty cell: None)."""
+    value = _opt_float(row, key)
+    if value is None:
+        return None
+    if value < 1 or value != int(value):
+        raise _RowError(key, f"must be a whole number >= 1, got {row[key].strip()!r}")
+    return int(value)
+
+
 def _opt_float(row: dict[str, str], key: str) -> float | None:
     raw = (row.get(key) or "").strip()
     if not raw:
@@ -341,6 +353,7 @@ def _build_accelerator(row: dict[str, str]) -> Accelerator:
         mem_bandwidth_gb_s=_req_float(row, "mem_bandwidth_gb_s"),
         tdp_w=_opt_float(row, "tdp_w"),
         peak_fp8_tflops=_opt_float(row, "peak_fp8_tflops"),
+        sm_count=_opt_count(row, "sm_count"),
         source=row["source"].strip(),
         as_of=row["as_of"].strip(),
     )
@@ -447,6 +460,7 @@ def _build_rate(row: dict[str, str]) -> TabularRate:
         gpu_fixed_us_per_step=_opt_float(row, "gpu_fixed_us_per_step"),
         categorical_cells_per_row_tree=_opt_float(row, "categorical_cells_per_row_tree"),
         categorical_cells_per_column_row_tree=_opt_float(row, "categorical_cells_per_column_row_tree"),
+        ref_sm_count=_opt_count(row, "ref_sm_count"),
     )
 
 

@@ -23,9 +23,9 @@ and serial fractions are data (``tabular_rates.csv``, each row with its
 source) and cores_eff follows Amdahl's law over physical cores (vCPUs / 2 on
 x86 cloud instances: the second hyper-thread adds little to these
 memory-bound loops — LightGBM docs, "Parameters: num_threads").
-GPU rates are scaled by memory bandwidth relative to the GPU they were measured
-on (histogram building is bandwidth-bound: Mitchell & Frank 2017,
-"Accelerating the XGBoost algorithm using GPU computing", Sec. 4).
+GPU rates are scaled by the GPU's streaming multiprocessors relative to the GPU
+they were measured on (:func:`gpu_ns_per_cell`), or by memory bandwidth where the
+catalog has no SM count.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import math
 from dataclasses import replace
 
 from trainplan.catalog import Catalog
-from trainplan.catalog.loader import TabularRate, TabularRelease, release_key
+from trainplan.catalog.loader import Accelerator, TabularRate, TabularRelease, release_key
 from trainplan.errors import CatalogError
 from trainplan.estimate.memory import GIB, MemoryBreakdown
 from trainplan.estimate.result import Estimate, Hardware, Rejection, RejectKind, job_timing
@@ -137,6 +137,24 @@ def thread_overhead_s(job: TabularJob, rate: TabularRate, threads: int, *, round
     rounds = rounds_per_fit(job) if rounds is None else rounds
     nodes = (2 * tree_leaves(job) - 1) * rounds * gradient_dims(job)
     return rate.thread_overhead_us_per_node * 1e-6 * nodes * (threads - 1)
+
+
+def gpu_ns_per_cell(rate: TabularRate, accelerator: Accelerator) -> tuple[float, str]:
+    """A GPU rate on ``accelerator``, and how it was scaled from the GPU it was measured on.
+
+    By the count of streaming multiprocessors: XGBoost's GPU ``hist`` accumulates each node's gradient histogram in
+    shared memory with atomic adds, one histogram per thread block on an SM (dmlc/xgboost
+    src/tree/gpu_hist/histogram.cu, ``SharedMemHistKernel``), so its throughput follows the SMs rather than DRAM
+    bandwidth. Measured on GBM-perf's 2024 runs (tests/data/published_tabular_gpu2024.yaml; python
+    benchmarks/tabular_gpu_fixed.py), the time of 10M rows above that of 0.1M (nearly all fixed cost) on an
+    A100-40GB / A10G / L4 over an H100 PCIe's: XGBoost 1.01 / 1.55 / 1.59, CatBoost 0.92 / 1.22 / 1.52 (LightGBM
+    1.92 / 2.08 / 1.70), against 1.06 / 1.43 / 1.97 in SMs and 1.29 / 3.33 / 6.67 in memory bandwidth. Falls back to memory
+    bandwidth where the catalog has no SM count for either GPU (AMD's compute units are not SMs), and says so."""
+    if rate.ref_sm_count and accelerator.sm_count:
+        return (rate.ns_per_cell * rate.ref_sm_count / accelerator.sm_count,
+                f"rate scaled by SM count ({accelerator.sm_count} against the reference GPU's {rate.ref_sm_count})")
+    return (rate.ns_per_cell * (rate.ref_mem_bandwidth_gb_s or 1) / accelerator.mem_bandwidth_gb_s,
+            "rate scaled by memory bandwidth (no SM count in the catalog for this GPU)")
 
 
 def gpu_steps(job: TabularJob, *, rounds: int | None = None) -> int:
@@ -472,14 +490,15 @@ def estimate_tabular(job: TabularJob, hw: Hardware, catalog: Catalog, *, ns_per_
                          "source's release")  # fmt: skip
         rate = _rate(catalog, job.library, "gpu")
         cells = work_cells(job, rate=rate)  # histogram cells of the stored values: the GPU rate's unit
-        ns = ns_per_cell if ns_per_cell is not None else rate.ns_per_cell * (rate.ref_mem_bandwidth_gb_s or 1) / hw.accelerator.mem_bandwidth_gb_s
+        ns, scaled = gpu_ns_per_cell(rate, hw.accelerator)
+        ns = ns_per_cell if ns_per_cell is not None else ns
         fit_s = cells * ns * 1e-9 / gpus  # several GPUs: each builds the histograms of its share of the rows
         # launches and synchronisations per level / split, whatever the rows (benchmarks/tabular_gpu_fixed.py)
         gpu_fixed_s = (rate.gpu_fixed_us_per_step or 0.0) * 1e-6 * gpu_steps(job)
         fit_s += gpu_fixed_s
         parallel_fits = 1
         strategy = "gpu"
-        notes.append(f"{job.library.value} on {hw.accelerator.id}: rate scaled by memory bandwidth from {rate.source}")
+        notes.append(f"{job.library.value} on {hw.accelerator.id}: {scaled} from {rate.source}")
         if gpus > 1:
             from trainplan.estimate.comms import collective_seconds
             from trainplan.estimate.steptime import links_for
