@@ -148,8 +148,9 @@ def gpu_ns_per_cell(rate: TabularRate, accelerator: Accelerator) -> tuple[float,
     bandwidth. Measured on GBM-perf's 2024 runs (tests/data/published_tabular_gpu2024.yaml; python
     benchmarks/tabular_gpu_fixed.py), the time of 10M rows above that of 0.1M (nearly all fixed cost) on an
     A100-40GB / A10G / L4 over an H100 PCIe's: XGBoost 1.01 / 1.55 / 1.59, CatBoost 0.92 / 1.22 / 1.52 (LightGBM
-    1.92 / 2.08 / 1.70), against 1.06 / 1.43 / 1.97 in SMs and 1.29 / 3.33 / 6.67 in memory bandwidth. Falls back to memory
-    bandwidth where the catalog has no SM count for either GPU (AMD's compute units are not SMs), and says so."""
+    1.92 / 2.08 / 1.70), against 1.06 / 1.43 / 1.97 in SMs and 1.29 / 3.33 / 6.67 in memory bandwidth. Falls back
+    to memory bandwidth where the catalog has no SM count for either GPU (AMD's compute units are not SMs), and says
+    so."""
     if rate.ref_sm_count and accelerator.sm_count:
         return (rate.ns_per_cell * rate.ref_sm_count / accelerator.sm_count,
                 f"rate scaled by SM count ({accelerator.sm_count} against the reference GPU's {rate.ref_sm_count})")
