@@ -66,7 +66,7 @@ def probe_command(
     tabular: Annotated[bool, typer.Option("--tabular/--no-tabular", help="Measure the tabular libraries' per-core rates.", metavar="")] = True,
     quick: Annotated[bool, typer.Option("--quick", help="Shorter measurements (noisier figures).", metavar="")] = False,
 ) -> None:
-    """Describe this machine (CPU, memory, GPUs, NVLink/PCIe, torch) and measure it in under a minute."""
+    """Describe this machine (CPU, memory, GPUs, NVLink/PCIe, torch) and measure it in about a minute."""
     err = Console(stderr=True)
     with Progress(TextColumn("[bold]probe"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
                   TimeElapsedColumn(), console=err, transient=True) as bar:  # fmt: skip

@@ -104,7 +104,7 @@ class HardwareProfile:
 
 def run_probe(*, progress: Progress | None = None, tabular: bool = True, allreduce: bool = True,
               quick: bool = False) -> HardwareProfile:  # fmt: skip
-    """Describe this machine and measure it (under a minute on a 2-core machine); nothing is saved."""
+    """Describe this machine and measure it (about a minute on a 2-core machine); nothing is saved."""
     import time
 
     t0 = time.perf_counter()
