@@ -31,7 +31,7 @@ SHAPE = {"xgboost": {"max_depth": 10}, "catboost": {"max_depth": 10, "categorica
 
 def gpu_hardware(gpu: str, cat):  # noqa: ANN001, ANN201
     """One GPU of that kind; a card no catalog instance carries (H100 PCIe at Lambda) on an A100 instance's row —
-    only the GPU's memory bandwidth enters a tabular GPU estimate."""
+    only the GPU's own row (its SMs, or its memory bandwidth) enters a tabular GPU estimate."""
     from dataclasses import replace
 
     from trainplan.errors import CatalogError

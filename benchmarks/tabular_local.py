@@ -25,6 +25,8 @@ from pathlib import Path
 
 import yaml
 
+from trainplan.measure.probe import usable_cores
+
 # (rows, features, density, trees, depth / leaves, folds, devices): devices = parallel fits, so threads a fit =
 # cores // devices; folds run min(folds, devices) at a time (trainplan run's split)
 GRID = [
@@ -69,8 +71,8 @@ def main() -> None:
         print(f"\n{'library':9} {'rows':>9} {'feat':>5} {'dens':>5} {'trees':>5} {'depth':>5} {'fits':>4} {'thr':>3}"
               f" {'measured s':>10} {'predicted s':>11} {'err':>7}")  # fmt: skip
         for lib in libraries:
-            for rows, features, density, trees, depth, folds, devices in grid:
-                home = root / f"h-{len(list(root.iterdir()))}"
+            for index, (rows, features, density, trees, depth, folds, devices) in enumerate(grid):
+                home = root / f"{lib}-{index}"
                 home.mkdir()
                 shutil.copy(probed / "hardware_profile.json", home / "hardware_profile.json")
                 job = {"kind": "tabular", "name": f"{lib}-{rows}x{features}", "library": lib, "rows": rows,
@@ -85,7 +87,7 @@ def main() -> None:
                 measured, predicted = summary["measured"]["train_s"], summary["predicted"]["train_s"]
                 err = predicted / measured - 1
                 errors[lib].append(err)
-                threads = max(1, (os.cpu_count() or 1) // devices)
+                threads = max(1, usable_cores() // devices)  # trainplan run's split of this machine's cores
                 print(f"{lib:9} {rows:9,} {features:5} {density:5.2f} {trees:5} {depth:5} {folds:4} {threads:3}"
                       f" {measured:10.2f} {predicted:11.2f} {err:+7.0%}", flush=True)  # fmt: skip
         every = [e for errs in errors.values() for e in errs]

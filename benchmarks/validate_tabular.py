@@ -76,6 +76,11 @@ def hardware_of(rec: dict, cat):  # noqa: ANN001, ANN201
                                            sm_count=sms))
 
 
+def factors_off(factors: list[float]) -> list[float]:
+    """Each predicted / measured factor as how far off it is either way (x2 for 0.5 and for 2)."""
+    return [math.exp(abs(math.log(f))) for f in factors]
+
+
 def skip_reason(rec: dict) -> str | None:
     if rec.get("algorithm") == "exact":
         return "xgboost exact: trainplan plans hist"
@@ -120,7 +125,7 @@ def main() -> None:
             scaling[machines] = (published, predicted)
             where = f"{machines}x{rec['hardware']['threads']} threads"
         print(f"{rec['id']:46} {where:12} {published:12.1f} {predicted:12.1f} {factor:7.2f}")
-    off = [math.exp(abs(math.log(f))) for f in factors]
+    off = factors_off(factors)
     print(f"\ntime: {len(factors)} runs, median factor off x{statistics.median(off):.2f} (median predicted/measured "
           f"{statistics.median(factors):.2f}), worst x{max(off):.2f}, within x1.25: {sum(o <= 1.25 for o in off)}")  # fmt: skip
     if 1 in scaling:
@@ -161,10 +166,9 @@ def heldout(cat, *, releases: bool) -> None:  # noqa: ANN001
         print(f"{rec['id']:50} {where:14} {published:12.2f} {e.train_s:12.2f} {factor:7.2f}")
     every = [f for fs in factors.values() for f in fs]
     for library, fs in sorted(factors.items()):
-        off = [math.exp(abs(math.log(f))) for f in fs]
-        print(f"  {library:9} {len(fs):2d} runs: median factor off x{statistics.median(off):.2f}, median predicted/measured "
+        print(f"  {library:9} {len(fs):2d} runs: median factor off x{statistics.median(factors_off(fs)):.2f}, median predicted/measured "
               f"{statistics.median(fs):.2f}")  # fmt: skip
-    off = [math.exp(abs(math.log(f))) for f in every]
+    off = factors_off(every)
     print(f"held out: {len(every)} runs, median factor off x{statistics.median(off):.2f} (median predicted/measured "
           f"{statistics.median(every):.2f}), worst x{max(off):.2f}, within x1.25: {sum(o <= 1.25 for o in off)}")  # fmt: skip
 

@@ -279,14 +279,15 @@ def allreduce_bus_gb_s(*, backend: str | None = None, world: int = 2, mib: int =
 
 #: the probe's synthetic fits: two fits that differ only in trees, so their difference is tree building alone
 TABULAR_SHAPE = {"rows": 100_000, "features": 28, "trees": 2, "more_trees": 8, "depth": 8}
-#: XGBoost (per-term rates, estimate/tabular.py gbdt_terms) is probed where the histogram and row-pass terms carry
+#: Per library, where its probe departs from TABULAR_SHAPE. XGBoost (per-term rates, estimate/tabular.py gbdt_terms) is
+#: probed where the histogram and row-pass terms carry
 #: the work, as in most jobs: at 100k rows of depth 8 its split scans are two thirds of the modelled work, and their
 #: rate, fitted on benchmarks/tabular_terms.py's grid A (mostly hundreds to thousands of features), prices 28-feature
 #: split scans about twice what they cost (a 100k x 28 depth-8 round took 28 ms on one thread where the terms
 #: measured on the same machine say 54; 500k x 28 depth 6: 73 ms against 83), so a probe there set this machine's
 #: unit rate too low and `trainplan run` predicted 17-54% fast (docs/benchmarks.md, "Tabular runs on this
 #: machine"). LightGBM's split scans are a quarter of its modelled work at 100k x 28 depth 8: it keeps that shape.
-TABULAR_TERM_SHAPE = {"rows": 300_000, "depth": 6}
+TABULAR_SHAPE_BY_LIBRARY = {"xgboost": {"rows": 300_000, "depth": 6}}
 TABULAR_LIBRARIES = ("xgboost", "lightgbm", "catboost", "sklearn-hgb")
 
 
@@ -359,7 +360,7 @@ def tabular_ns_per_cell(library: str, *, shape: dict[str, int] | None = None, re
     from trainplan.estimate.tabular import work_cells
     from trainplan.spec import TabularJob, parse_job
 
-    sh = {**TABULAR_SHAPE, **(TABULAR_TERM_SHAPE if library == "xgboost" else {}), **(shape or {})}
+    sh = {**TABULAR_SHAPE, **TABULAR_SHAPE_BY_LIBRARY.get(library, {}), **(shape or {})}
     job = parse_job({"kind": "tabular", "library": library, "rows": sh["rows"], "features": sh["features"],
                      "trees": sh["more_trees"], "max_depth": sh["depth"], "cv_folds": 1})  # fmt: skip
     assert isinstance(job, TabularJob)

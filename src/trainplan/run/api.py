@@ -255,7 +255,7 @@ def check_job(job: Any, script: Path | None, *, runs_here: bool = True) -> Any:
         if job.data not in (None, "synthetic") and not Path(job.data).expanduser().is_file():
             raise SpecError(f"data file not found: {job.data} (or use data: synthetic)", field="data")
         check_pretrained(job, arch)
-        job = as_built(job)[0]  # the model as transformers builds it (after the checkpoint's weights are checked)
+        job = as_built(job, arch)[0]  # the model as transformers builds it (after the checkpoint's weights are checked)
     else:
         import_callable(job.model, field="model")
         check_loss(job.loss)

@@ -197,8 +197,9 @@ def as_trained(job: Any) -> tuple[Any, str | None]:
     return trained_job, note
 
 
-def as_built(job: Any) -> tuple[Any, str | None]:
-    """The job with the model the built-in workloads build, and a note when it differs from the job's.
+def as_built(job: Any, arch: ModelArch | None = None) -> tuple[Any, str | None]:
+    """The job with the model the built-in workloads build, and a note when it differs from the job's (``arch``: the
+    job's architecture when the caller has resolved it already — a checkpoint's config.json is not read again).
 
     transformers builds no DeepSeek-V3 multi-token-prediction module (``num_nextn_predict_layers``: its
     ``DeepseekV3Model`` stops at the decoder layers, and ``from_pretrained`` ignores those weights:
@@ -206,7 +207,7 @@ def as_built(job: Any) -> tuple[Any, str | None]:
     out; the plan and ``estimate`` keep them (Megatron and torchtitan recipes can train them)."""
     if getattr(getattr(job, "kind", None), "value", None) != "transformer":
         return job, None
-    arch = resolve_arch(job)
+    arch = arch or resolve_arch(job)
     if not arch.mtp_layers:
         return job, None
     note = (f"transformers builds none of the model's {arch.mtp_layers} multi-token-prediction module(s) "
