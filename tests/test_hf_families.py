@@ -54,6 +54,11 @@ VARIANTS = [
     {"model_type": "granite", **TINY, "attention_bias": True, "tie_word_embeddings": False, "logits_scaling": 16.0},
     {"model_type": "smollm3", **TINY, "use_sliding_window": True, "sliding_window": 8, "no_rope_layer_interval": 2,
      "tie_word_embeddings": False},
+    {"model_type": "glm4_moe", **TINY, "head_dim": 32, "attention_bias": True, "use_qk_norm": True, "n_routed_experts": 8,
+     "n_shared_experts": 2, "num_experts_per_tok": 2, "moe_intermediate_size": 16, "first_k_dense_replace": 2,
+     "num_nextn_predict_layers": 1},
+    {"model_type": "glm4_moe", **TINY, "num_attention_heads": 3, "num_key_value_heads": 1, "n_routed_experts": 4, "num_experts_per_tok": 1,
+     "moe_intermediate_size": 8, "first_k_dense_replace": 0, "num_nextn_predict_layers": 0},
 ]
 
 
@@ -87,10 +92,39 @@ def test_the_variants_switch_on_what_they_claim() -> None:
     assert arch_from_hf_config(VARIANTS[5]).sliding_layers == 4  # four of the first five are local
     ds = arch_from_hf_config(VARIANTS[13])
     assert ds.mla is not None and ds.mla.q_lora_rank == 24 and ds.moe is not None and ds.moe.dense_layers == (0, 1)
-    smol = arch_from_hf_config(VARIANTS[-1])  # NoPE on layers 1 and 3, which alone take the window
+    smol = arch_from_hf_config(next(c for c in VARIANTS if c["model_type"] == "smollm3"))  # NoPE on layers 1 and 3, which alone take the window
     assert (smol.nope_layers, smol.sliding_layers, smol.sliding_window, smol.tied_embeddings) == (2, 2, 8, False)
     assert arch_from_hf_config(_default("smollm3")).nope_layers == 9  # every 4th of 36 layers (SmolLM3-3B)
     assert len(archs) == len(VARIANTS)
+
+
+def test_glm4_moe_reads_its_attention_and_experts() -> None:
+    glm, odd = (arch_from_hf_config(c) for c in VARIANTS if c["model_type"] == "glm4_moe")
+    assert (glm.attention_bias, glm.qk_norm, glm.head_dim, glm.mtp_layers) == ("qkv", "head", 32, 1)
+    assert glm.moe is not None and glm.moe.dense_layers == (0, 1) and glm.moe.shared_ffn_hidden == 32
+    # 64 / 3 heads: head_dim 21, as Glm4MoeAttention floors it; n_shared_experts left out: Glm4MoeConfig's one
+    assert (odd.head_dim, odd.attention_bias, odd.qk_norm, odd.mtp_layers) == (21, None, None, 0)
+    assert odd.moe is not None and odd.moe.dense_layers == () and odd.moe.shared_ffn_hidden == 8
+
+
+def test_glm45_counts_its_published_totals() -> None:
+    """GLM-4.5's shape as the GLM-5 technical report tabulates it beside GLM-5 (3 dense + 89 MoE layers, 1 MTP layer,
+    hidden 5120, dense / MoE intermediate 12288 / 1536, head dim 128, 96 heads, 8 KV heads, 160 experts of which 8
+    routed and 1 shared, vocabulary 151552; '355B' total, '32B' activated; read through its transcription at
+    glennklockwood.com/garden/GLM-5): the total is 355B within 1% with or without the MTP layer, the active matmul
+    weights 32B within 6%, and the count equals transformers' (built on the meta device, MTP left out)."""
+    glm45 = {"model_type": "glm4_moe", "hidden_size": 5120, "intermediate_size": 12288, "moe_intermediate_size": 1536,
+             "num_hidden_layers": 92, "num_attention_heads": 96, "num_key_value_heads": 8, "head_dim": 128,
+             "n_routed_experts": 160, "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 3,
+             "vocab_size": 151552, "num_nextn_predict_layers": 1, "attention_bias": True, "use_qk_norm": True}  # fmt: skip
+    arch = arch_from_hf_config(glm45)
+    counts = param_counts(arch)
+    assert counts.mtp > 0 and counts.total - counts.mtp == transformers_param_count(glm45)
+    for total in (counts.total, counts.total - counts.mtp):
+        assert abs(total - 355e9) / 355e9 < 0.01, total / 1e9
+    active = param_counts(arch.model_copy(update={"mtp_layers": 0})).matmul_per_token
+    assert abs(active - 32e9) / 32e9 < 0.06, active / 1e9
+    assert arch.moe is not None and arch.moe.dense_layers == (0, 1, 2) and arch.moe_layers == 89
 
 
 def test_nope_layers_drop_only_their_rotary_bytes() -> None:

@@ -363,6 +363,39 @@ def _read_deepseek(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[st
                                "num_nextn_predict_layers", "qk_head_dim"}  # fmt: skip
 
 
+def _read_glm4_moe(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """GLM-4.5 / 4.6 / 4.7 and GLM-4.5-Air (``Glm4MoeForCausalLM``): grouped-query attention with q, k, v biases
+    (``attention_bias``), an optional per-head q/k RMSNorm (``use_qk_norm``), and DeepSeek-V3's MoE — a dense MLP in
+    the first ``first_k_dense_replace`` layers, then routed experts plus ``n_shared_experts`` shared ones of
+    ``moe_intermediate_size``, a sigmoid router whose weight is the only routing parameter (the score-correction bias
+    is a buffer) — and ``num_nextn_predict_layers`` multi-token-prediction layers, which transformers does not build
+    (``_keys_to_ignore_on_load_unexpected``) and trainplan counts as DeepSeek-V3's module (transformers 5.25
+    ``modeling_glm4_moe.py``; GLM-4.5 report, arXiv 2508.06471, Sec. 2). head_dim defaults to hidden // heads, as
+    ``Glm4MoeAttention`` takes it; the partial rotary factor changes no parameters."""
+    out = _common(cfg, mt)
+    hidden, heads = out["hidden"], out["heads"]
+    head_dim = cfg.get("head_dim") or hidden // heads
+    if head_dim * heads != hidden:
+        out["head_dim"] = head_dim
+    out.update(ffn_hidden=_need(cfg, "intermediate_size", mt), tied_embeddings=_tied(cfg, False))
+    out["attention_bias"] = "qkv" if cfg.get("attention_bias") else None
+    if cfg.get("use_qk_norm"):
+        out["qk_norm"] = "head"
+    experts = _first(cfg, "n_routed_experts", "num_local_experts")
+    if not experts:
+        raise ConfigRefused(f"{mt} config lacks n_routed_experts")
+    fe = _need(cfg, "moe_intermediate_size", mt)
+    # a key left out takes Glm4MoeConfig's default (transformers 5.25): one shared expert, one dense layer, one MTP layer
+    k = int(cfg.get("first_k_dense_replace", 1) or 0)
+    out["moe"] = MoE(experts=experts, top_k=_need(cfg, "num_experts_per_tok", mt), expert_ffn_hidden=fe,
+                     shared_ffn_hidden=int(cfg.get("n_shared_experts", 1) or 0) * fe,
+                     dense_layers=tuple(range(min(k, out["layers"]))))  # fmt: skip
+    out["mtp_layers"] = int(_first(cfg, "num_nextn_predict_layers", "num_mtp_layers", default=1) or 0)
+    return out, COMMON_KEYS | {"attention_bias", "use_qk_norm", "n_routed_experts", "num_local_experts",
+                               "num_experts_per_tok", "moe_intermediate_size", "n_shared_experts",
+                               "first_k_dense_replace", "num_nextn_predict_layers", "num_mtp_layers"}  # fmt: skip
+
+
 def _read_gpt_oss(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
     """gpt-oss (``GptOssForCausalLM``): biases on q, k, v, o, the router and every expert projection; a learned
     sink logit per head; alternating 128-token sliding and full layers (OpenAI gpt-oss model card, 2025, Sec. 2)."""
@@ -398,6 +431,7 @@ READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str
     "deepseek_v2": _read_deepseek,
     "deepseek_v3": _read_deepseek,
     "gpt_oss": _read_gpt_oss,
+    "glm4_moe": _read_glm4_moe,
 }
 
 # Families read by the generic pre-2024 reader below (GPT-2, OPT, BERT, T5): no strict key check.

@@ -132,7 +132,7 @@ class ModelArch(BaseModel):
     attention_softcap: PositiveFloat | None = None  # Gemma 2: scores = cap · tanh(scores / cap) before the softmax
     moe: MoE | None = None
     mla: MLA | None = None
-    mtp_layers: Annotated[int, Field(ge=0)] = 0  # DeepSeek-V3 multi-token-prediction modules (not built by transformers)
+    mtp_layers: Annotated[int, Field(ge=0)] = 0  # DeepSeek-V3 / GLM-4.5 multi-token-prediction modules (not built by transformers)
     hf_model_type: str | None = None  # the Hugging Face family the architecture was read from
     hf_source: str | None = None  # that config.json (JSON text): what trace and run build, for the 2024-2026 families
     params: PositiveInt | None = None  # published count, used as a check
@@ -157,8 +157,8 @@ class ModelArch(BaseModel):
             bad = [i for i in self.moe.dense_layers if i >= self.layers]
             if bad:
                 raise ValueError(f"moe.dense_layers: layer {bad[0]} does not exist (layers: {self.layers})")
-        if self.mtp_layers and (self.moe is None or self.mla is None):
-            raise ValueError("mtp_layers is modelled for DeepSeek-V3-style (MoE + MLA) models only")
+        if self.mtp_layers and self.moe is None:
+            raise ValueError("mtp_layers is modelled for mixture-of-experts models only (DeepSeek-V3, GLM-4.5)")
         return self
 
     @property

@@ -32,7 +32,7 @@ class ParamCounts:
     block_other: int  # biases, norm weights, attention sinks inside the blocks, final norms
     matmul_per_token: int  # weights that take part in a matmul per token (FLOPs: 2 per weight per token): the active ones
     routed_experts: int = 0  # of block_linear: the routed experts' weights (all of them; a token uses top_k per layer)
-    mtp: int = 0  # DeepSeek-V3 multi-token-prediction modules (in block_linear / block_other; transformers omits them)
+    mtp: int = 0  # DeepSeek-V3 / GLM-4.5 multi-token-prediction modules (in block_linear / block_other; transformers omits them)
 
     @property
     def total(self) -> int:
@@ -207,7 +207,8 @@ def param_counts(a: ModelArch, seq_len: int | None = None) -> ParamCounts:
             if a.mtp_layers:
                 # DeepSeek-V3 report Sec. 2.2: each MTP module is RMSNorms of the hidden state and of the next
                 # token's embedding, a projection M ∈ R^{h×2h}, one transformer block and an output norm; the
-                # embedding and output head are shared with the main model.
+                # embedding and output head are shared with the main model. GLM-4.5's MTP layer is counted the same
+                # (its block is the model's own MoE layer; transformers builds neither).
                 mtp_lin, mtp_other = 2 * a.hidden * a.hidden + lin, 3 * norm_params + other
                 mtp = a.mtp_layers * (mtp_lin + mtp_other)
                 block_linear += a.mtp_layers * mtp_lin
