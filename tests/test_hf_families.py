@@ -54,6 +54,9 @@ VARIANTS = [
     {"model_type": "granite", **TINY, "attention_bias": True, "tie_word_embeddings": False, "logits_scaling": 16.0},
     {"model_type": "smollm3", **TINY, "use_sliding_window": True, "sliding_window": 8, "no_rope_layer_interval": 2,
      "tie_word_embeddings": False},
+    {"model_type": "ministral", **TINY, "head_dim": 32, "sliding_window": 8,
+     "layer_types": ["sliding_attention", "full_attention"] * 2},
+    {"model_type": "ministral3", **TINY, "sliding_window": 8, "tie_word_embeddings": True},
     {"model_type": "glm4_moe", **TINY, "head_dim": 32, "attention_bias": True, "use_qk_norm": True, "n_routed_experts": 8,
      "n_shared_experts": 2, "num_experts_per_tok": 2, "moe_intermediate_size": 16, "first_k_dense_replace": 2,
      "num_nextn_predict_layers": 1},
@@ -66,6 +69,8 @@ def _default(mt: str) -> dict:
     cfg = transformers.AutoConfig.for_model(mt).to_dict()
     if mt == "deepseek_v2":  # its default leaves top-k unset; DeepSeek-V2's published config routes to 6
         cfg["num_experts_per_tok"] = 6
+    if mt == "ministral":  # its default head_dim None does not build (MinistralAttention takes None ** -0.5);
+        cfg["head_dim"] = cfg["hidden_size"] // cfg["num_attention_heads"]  # Ministral-8B's config states 128
     return cfg
 
 
@@ -96,6 +101,27 @@ def test_the_variants_switch_on_what_they_claim() -> None:
     assert (smol.nope_layers, smol.sliding_layers, smol.sliding_window, smol.tied_embeddings) == (2, 2, 8, False)
     assert arch_from_hf_config(_default("smollm3")).nope_layers == 9  # every 4th of 36 layers (SmolLM3-3B)
     assert len(archs) == len(VARIANTS)
+
+
+def test_ministral_layers_keep_what_llama_keeps() -> None:
+    """Ministral 3 scales its rotated queries by a factor of the position (llama_4_scaling_beta), which keeps nothing
+    of the queries for backward: a Ministral 3 saves what a Llama of one shape saves in a training forward pass with
+    its loss (saved-tensor hooks, CPU, bf16) plus the scale itself — one bf16 value per position and layer (32
+    positions, 4 layers: 256 bytes; 64 KiB a layer at 32K tokens, whatever the batch, which trainplan leaves out) —
+    and has the same parameters."""
+    shape = {**TINY, "tie_word_embeddings": False, "bos_token_id": None, "eos_token_id": None}
+    scaled = {"model_type": "ministral3", **shape, "head_dim": 16, "rope_parameters": {
+        "rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0, "original_max_position_embeddings": 16,
+        "max_position_embeddings": 64, "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+        "llama_4_scaling_beta": 0.1}}  # fmt: skip
+    llama = {"model_type": "llama", **shape}
+    assert _saved_by_loss_step(scaled) - _saved_by_loss_step(llama) == 4 * 32 * 2  # layers x positions x bf16
+    assert param_counts(arch_from_hf_config(scaled)) == param_counts(arch_from_hf_config(llama))
+    windowed = arch_from_hf_config(next(c for c in VARIANTS if c["model_type"] == "ministral"))
+    assert (windowed.sliding_layers, windowed.sliding_window, windowed.head_dim) == (2, 8, 32)
+    assert arch_from_hf_config(next(c for c in VARIANTS if c["model_type"] == "ministral3")).sliding_layers == 4
+    with pytest.raises(ConfigRefused, match="layer_types"):  # Ministral 3 has none: its window is on every layer
+        arch_from_hf_config({"model_type": "ministral3", **TINY, "layer_types": ["full_attention"] * 4})
 
 
 def test_glm4_moe_reads_its_attention_and_experts() -> None:

@@ -173,6 +173,29 @@ def _read_mistral(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str
     return out, COMMON_KEYS | {"sliding_window", "layer_types"}
 
 
+def _read_ministral(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """Ministral 8B (``MinistralForCausalLM``) and Ministral 3 (``Ministral3ForCausalLM``, the language model of
+    ``Mistral3ForConditionalGeneration``): Llama's layers with no bias anywhere (transformers 5.25
+    ``modeling_ministral.py`` / ``modeling_ministral3.py``). Ministral's window applies to the ``layer_types`` it names;
+    Ministral 3's ``sliding_window``, when set, to every layer (it has no ``layer_types``), and it multiplies the
+    rotated queries by a scale that depends on the position alone (``rope_parameters``' ``llama_4_scaling_beta``):
+    a product with a tensor of one value per position keeps only that tensor for backward (one value per position
+    and layer, whatever the batch: left out), so the layer saves what Llama's saves (measured,
+    ``tests/test_hf_families.py``); the scale's element-wise pass over q is not priced."""
+    out = _common(cfg, mt)
+    out.update(ffn_hidden=_need(cfg, "intermediate_size", mt), tied_embeddings=_tied(cfg, False))
+    if mt == "ministral3":
+        # Ministral3Config's head_dim defaults to 128 (not hidden // heads) when the key is left out
+        head_dim = cfg.get("head_dim", 128) or out["hidden"] // out["heads"]
+        out.pop("head_dim", None)
+        if head_dim * out["heads"] != out["hidden"]:
+            out["head_dim"] = head_dim
+        out.update(_sliding({k: v for k, v in cfg.items() if k != "layer_types"}, mt, out["layers"], None))
+        return out, COMMON_KEYS | {"sliding_window"}
+    out.update(_sliding(cfg, mt, out["layers"], None))
+    return out, COMMON_KEYS | {"sliding_window", "layer_types"}
+
+
 def _read_smollm3(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
     """SmolLM3 (``SmolLM3ForCausalLM``): Llama's layers, the head tied by default, no rotary embedding on every
     ``no_rope_layer_interval``-th layer (``no_rope_layers``: 1 = rotary, 0 = NoPE) and, with ``use_sliding_window``, a
@@ -417,6 +440,8 @@ READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str
     "llama": _read_llama,
     "granite": _read_granite,
     "mistral": _read_mistral,
+    "ministral": _read_ministral,
+    "ministral3": _read_ministral,
     "smollm3": _read_smollm3,
     "qwen2": _read_qwen2,
     "qwen3": _read_qwen3,
@@ -438,7 +463,7 @@ READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str
 LEGACY_TYPES = ("gpt2", "opt", "bert", "t5")
 
 # Multimodal wrappers whose language model is one of the families above.
-MULTIMODAL = {"gemma3": "gemma3_text", "mistral3": "mistral", "qwen2_5_vl": "qwen2", "llava": "llama"}
+MULTIMODAL = {"gemma3": "gemma3_text", "mistral3": "mistral' or 'ministral3", "qwen2_5_vl": "qwen2", "llava": "llama"}
 
 SUPPORTED_TYPES = tuple(sorted((*READERS, *LEGACY_TYPES)))
 
@@ -505,7 +530,7 @@ def arch_from_hf_config(cfg: dict[str, Any]) -> ModelArch:
     if mt in MULTIMODAL:
         raise ConfigRefused(
             f"model_type {mt!r} is multimodal (a vision tower beside the language model), which is not modelled; "
-            f"plan its language model by giving its text_config as a {MULTIMODAL[mt]!r} config"
+            f"plan its language model by giving its text_config (model_type '{MULTIMODAL[mt]}') as the config"
         )
     if mt in LEGACY_TYPES:
         return ModelArch(**_read_legacy(cfg, mt))
