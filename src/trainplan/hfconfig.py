@@ -237,9 +237,30 @@ def _read_qwen3(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]
     return out, keys | {"attention_bias"}
 
 
+def _read_olmo2(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """OLMo 2 and OLMo 3 (``Olmo2ForCausalLM``, ``Olmo3ForCausalLM``): Llama's weights with q and k RMSNorms over
+    their full width, ``attention_bias`` on q, k, v and o, and the block's two norms after attention and the MLP
+    instead of before them (OLMo 2 report, arXiv 2501.00656, Sec. 3.1); the norms multiply their weight in fp32.
+    Placed after a sublayer, a norm keeps what it keeps before one, and the projections keep the block's input in
+    place of the norm's output: the same bytes as Llama's order (measured with saved-tensor hooks against a Llama
+    of one shape, ``tests/estimate/test_norm_saves.py``). OLMo 3 attends within ``sliding_window`` on the layers
+    ``layer_types`` names — by default three of every four (``Olmo3Config``, transformers 5.25)."""
+    out = _llama_like(cfg, mt)
+    out["qk_norm"] = "full"
+    out["norm_fp32_weight"] = True  # Olmo2RMSNorm: (self.weight * hidden_states).to(input_dtype)
+    keys = COMMON_KEYS | {"attention_bias"}
+    if mt == "olmo3":
+        out.update(_sliding(cfg, mt, out["layers"],
+                            lambda n: ["sliding_attention" if (i + 1) % 4 else "full_attention" for i in range(n)]))
+        keys |= {"sliding_window", "layer_types"}
+    return out, keys
+
+
 def _read_gemma(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
-    """Gemma (``GemmaForCausalLM``): gated GELU MLP, head tied to the embedding, embedding scaled by √h."""
+    """Gemma (``GemmaForCausalLM``): gated GELU MLP, head tied to the embedding, embedding scaled by √h, norms that
+    multiply ``1 + weight`` in fp32 (``GemmaRMSNorm``)."""
     out = _llama_like(cfg, mt, tied_default=True)
+    out["norm_fp32_weight"] = True
     _no(cfg, mt, "use_bidirectional_attention")
     return out, COMMON_KEYS | {"attention_bias", "mlp_bias", "use_bidirectional_attention"}
 
@@ -254,6 +275,7 @@ def _read_gemma2(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]
     ``Gemma2Config`` defaults: 30.0 and 50.0)."""
     out = _llama_like(cfg, mt, tied_default=True)
     out["block_norms"] = 4
+    out["norm_fp32_weight"] = True  # Gemma2RMSNorm: output * (1.0 + self.weight.float())
     out.update(_sliding(cfg, mt, out["layers"], _alternate))
     if cfg.get("final_logit_softcapping", 30.0):
         out["final_logit_softcap"] = float(cfg.get("final_logit_softcapping", 30.0))
@@ -270,6 +292,7 @@ def _read_gemma3_text(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set
     out = _llama_like(cfg, mt, tied_default=True)
     out["block_norms"] = 4
     out["qk_norm"] = "head"
+    out["norm_fp32_weight"] = True  # Gemma3RMSNorm, on the block and on q and k
     pattern = int(cfg.get("sliding_window_pattern") or cfg.get("_sliding_window_pattern") or 6)
     out.update(_sliding(cfg, mt, out["layers"],
                         lambda n: ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n)]))
@@ -424,7 +447,8 @@ def _read_gpt_oss(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str
     sink logit per head; alternating 128-token sliding and full layers (OpenAI gpt-oss model card, 2025, Sec. 2)."""
     out = _common(cfg, mt)
     f = _need(cfg, "intermediate_size", mt)
-    out.update(ffn_hidden=f, tied_embeddings=_tied(cfg, False), attention_bias="qkvo", attention_sinks=True)
+    out.update(ffn_hidden=f, tied_embeddings=_tied(cfg, False), attention_bias="qkvo", attention_sinks=True,
+               norm_fp32_weight=True)  # GptOssRMSNorm: (self.weight * hidden_states).to(input_dtype)
     _no(cfg, mt, "attention_bias", (None, True))
     experts = _first(cfg, "num_local_experts", "num_experts")
     if experts is None:
@@ -445,6 +469,8 @@ READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str
     "smollm3": _read_smollm3,
     "qwen2": _read_qwen2,
     "qwen3": _read_qwen3,
+    "olmo2": _read_olmo2,
+    "olmo3": _read_olmo2,
     "gemma": _read_gemma,
     "gemma2": _read_gemma2,
     "gemma3_text": _read_gemma3_text,

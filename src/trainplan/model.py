@@ -125,6 +125,9 @@ class ModelArch(BaseModel):
     qk_norm: Literal["head", "full"] | None = None  # RMSNorm of q and k: per head (Qwen3, Gemma 3) or full width (OLMoE)
     attention_sinks: bool = False  # gpt-oss: one learned sink logit per head
     block_norms: Literal[2, 4] = 2  # Gemma 2/3: pre- and post-norms around attention and MLP
+    # the RMSNorm multiplies its weight in fp32 before casting down (Gemma 1-3 ``x * (1 + w.float())``, gpt-oss, OLMo 2
+    # ``(w * x).to(dtype)``), so with 16-bit compute it keeps the fp32 normalised tensor for the weight's gradient
+    norm_fp32_weight: bool = False
     sliding_window: PositiveInt | None = None
     sliding_layers: Annotated[int, Field(ge=0)] = 0  # how many layers attend within sliding_window
     nope_layers: Annotated[int, Field(ge=0)] = 0  # SmolLM3: layers that apply no rotary embedding (NoPE)
@@ -174,7 +177,7 @@ class ModelArch(BaseModel):
     def plain(self) -> bool:
         """No feature beyond the Llama / GPT-2 / BERT / T5 shapes that :func:`hf_config` can write back."""
         return (self.moe is None and self.mla is None and self.attention_bias is None and self.qk_norm is None
-                and not self.attention_sinks and self.block_norms == 2 and not self.sliding_layers
+                and not self.attention_sinks and self.block_norms == 2 and not self.sliding_layers and not self.norm_fp32_weight
                 and self.final_logit_softcap is None and self.attention_softcap is None and not self.mtp_layers
                 and not self.nope_layers)  # fmt: skip
 

@@ -241,7 +241,7 @@ def model_state_bytes(
 
 
 def norm_saved_bytes_per_token(hidden: int, norm: str, precision: Precision, *, compiled: bool = False,
-                               weight_trainable: bool = True) -> float:  # fmt: skip
+                               weight_trainable: bool = True, fp32_weight: bool = False) -> float:  # fmt: skip
     """Bytes a normalisation layer keeps for backward, per token.
 
     LayerNorm (fused ``aten.native_layer_norm``) keeps its input plus fp32 mean
@@ -253,7 +253,11 @@ def norm_saved_bytes_per_token(hidden: int, norm: str, precision: Precision, *, 
     and the down-cast result that the weight multiplies (2 bytes), the latter
     only when the weight trains: autograd saves a product's operand only for
     the other operand's gradient (PyTorch ``derivatives.yaml``, ``mul``), so a
-    frozen LoRA base keeps the fp32 copy and rstd.  Compiled
+    frozen LoRA base keeps the fp32 copy and rstd.  A norm that multiplies its weight in fp32 and casts the
+    product down (``fp32_weight``: Gemma's ``output * (1.0 + self.weight.float())``, gpt-oss's and OLMo 2's
+    ``(self.weight * hidden_states).to(input_dtype)``, LitGPT's ``(x_normed * weight.float()).to(dtype=dtype)`` for
+    every model) keeps the fp32 normalised tensor instead (4 bytes) — measured
+    per family with saved-tensor hooks on transformers' own norm classes (``tests/estimate/test_norm_saves.py``).  Compiled
     (``torch.compile``), the norm is one fused kernel that keeps its input and
     an fp32 rstd per token: the partitioner recomputes the up-cast in backward
     (min-cut rematerialisation of pointwise ops, functorch/AOTAutograd
@@ -263,7 +267,7 @@ def norm_saved_bytes_per_token(hidden: int, norm: str, precision: Precision, *, 
     if compiled:
         return hidden * e + 4
     if norm == "rmsnorm" and e == 2:
-        return hidden * (4 + (e if weight_trainable else 0)) + 4
+        return hidden * (4 + ((4 if fp32_weight else e) if weight_trainable else 0)) + 4
     return hidden * e + 8
 
 
@@ -332,6 +336,7 @@ def layer_activation_bytes(
     softcap: bool = False,
     sinks: bool = False,
     frozen_norms: bool = False,
+    norm_fp32_weight: bool = False,
     attention_output_copy: bool = False,
     fused_kernels: FusedKernels = FusedKernels.NONE,
     down_proj_keeps_input: bool = True,
@@ -378,7 +383,8 @@ def layer_activation_bytes(
     else 16-bit.  It keeps the softmax output over s + 1 columns, the 16-bit copy the PV matmul keeps only when that
     output is fp32 (``.to`` of a 16-bit tensor returns the same storage), and the ``int64`` indices of the row
     maximum (``max.dim`` saves them for backward): 8 bytes a head.
-    ``frozen_norms``: the norms' weights do not train (LoRA), see :func:`norm_saved_bytes_per_token`.
+    ``frozen_norms``: the norms' weights do not train (LoRA), see :func:`norm_saved_bytes_per_token`, as for
+    ``norm_fp32_weight`` (Gemma, gpt-oss, OLMo 2: the weight multiplies the fp32 normalised tensor).
     ``fused_kernels``: Triton kernels in place of the eager norms and SwiGLU.  Liger Kernel's RMSNorm
     (``LigerRMSNormFunction``: ``ctx.save_for_backward(X, W, RSTD)``) and Unsloth's (``Fast_RMS_Layernorm``: X and
     the fp32 inverse RMS) keep the 16-bit input and an fp32 statistic per token, as a compiled norm does; Liger's
@@ -408,7 +414,7 @@ def layer_activation_bytes(
     tokens = seq_len * micro_batch
     fused = fused_kernels is not FusedKernels.NONE
     norms = 2 * norm_saved_bytes_per_token(hidden, norm, precision, compiled=compiled or (fused and norm == "rmsnorm"),
-                                           weight_trainable=not frozen_norms)  # fmt: skip
+                                           weight_trainable=not frozen_norms, fp32_weight=norm_fp32_weight)  # fmt: skip
     attn_linear = e * hidden + e * (q_dim + 2 * kv_dim) + e * q_dim
     fp32_softmax = autocast_softmax and e == 2
     if flash_attention:

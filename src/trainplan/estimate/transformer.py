@@ -261,11 +261,15 @@ def layer_split(job: TransformerJob, arch: ModelArch, k: Knobs, ffn_hidden: int)
     """One block's activations as (outside, inside) the tensor-parallel regions (``memory.layer_activation_bytes``);
     MLA's latents and Gemma's extra norms are full-width and stay outside.  Under a PyTorch selective-checkpointing
     policy a block keeps its matmul outputs instead (:func:`_selective_split`)."""
-    extra = job.seq_len * job.micro_batch * (mla_latent_bytes_per_token(arch, job.precision) + block_norm_extra_bytes_per_token(
-        arch, job.precision, trainable=job.lora_spec is None))
+    tokens, trainable, fp32_weight = job.seq_len * job.micro_batch, job.lora_spec is None, norm_fp32_weight(arch, k)
+    extra = tokens * (mla_latent_bytes_per_token(arch, job.precision) + block_norm_extra_bytes_per_token(
+        arch, job.precision, trainable=trainable, fp32_weight=fp32_weight))
     if _keeps_matmul_outputs(job, k):
         replicated, sharded = _selective_split(job, arch, k, ffn_hidden)
         return replicated + extra, sharded
+    fused_norms = k.compile or (k.fused_kernels is not FusedKernels.NONE and arch.norm == "rmsnorm")
+    qk_norms = tokens * qk_norm_bytes_per_token(arch, job.precision, trainable=trainable, compiled=fused_norms,
+                                                fp32_weight=fp32_weight)
     split: list[tuple[float, float]] = []
     layer_activation_bytes(
         seq_len=job.seq_len,
@@ -283,6 +287,7 @@ def layer_split(job: TransformerJob, arch: ModelArch, k: Knobs, ffn_hidden: int)
         compiled=k.compile,
         dropout=arch.dropout > 0,
         frozen_norms=job.lora_spec is not None,
+        norm_fp32_weight=fp32_weight,
         autocast_softmax=_fp32_scores(job, arch, k),
         softcap=arch.attention_softcap is not None,
         sinks=arch.attention_sinks,
@@ -294,7 +299,7 @@ def layer_split(job: TransformerJob, arch: ModelArch, k: Knobs, ffn_hidden: int)
         split=split,
     )
     replicated, sharded = split[0]
-    return replicated + extra, sharded
+    return replicated + extra, sharded + qk_norms
 
 
 def _saved_kv_dim(arch: ModelArch, k: Knobs) -> float:
@@ -438,10 +443,52 @@ def mla_latent_bytes_per_token(arch: ModelArch, precision: Precision) -> float:
     return e * (2 * latents + arch.heads * (m.qk_nope_head_dim + m.v_head_dim))
 
 
-def block_norm_extra_bytes_per_token(arch: ModelArch, precision: Precision, *, trainable: bool) -> float:
+def norm_fp32_weight(arch: ModelArch, k: Knobs) -> bool:
+    """Whether the job's RMSNorms multiply their weight in fp32 (:func:`memory.norm_saved_bytes_per_token`): the
+    norm class of the code that runs the model. LitGPT's own ``RMSNorm`` does for every model
+    (``(x_normed * weight.float()).to(dtype=dtype)``, litgpt/model.py); the stacks that run transformers' modeling
+    code take the family's class (``ModelArch.norm_fp32_weight``: Gemma, gpt-oss, OLMo 2); torchtune's, torchtitan's
+    and llm-foundry's own norms are counted as Llama's, as before this distinction (not read)."""
+    if k.stack is Stack.LITGPT:
+        return True
+    if k.stack in (Stack.TORCHTUNE, Stack.TORCHTITAN, Stack.LLM_FOUNDRY):
+        return False
+    return arch.norm_fp32_weight
+
+
+def block_norm_extra_bytes_per_token(arch: ModelArch, precision: Precision, *, trainable: bool,
+                                     fp32_weight: bool = False) -> float:  # fmt: skip
     """Gemma 2/3's two post-norms (four norms per block: Gemma 2 report Sec. 2) keep what a norm keeps."""
     extra = arch.block_norms - 2
-    return extra * norm_saved_bytes_per_token(arch.hidden, arch.norm, precision, weight_trainable=trainable) if extra else 0.0
+    return extra * norm_saved_bytes_per_token(arch.hidden, arch.norm, precision, weight_trainable=trainable,
+                                              fp32_weight=fp32_weight) if extra else 0.0  # fmt: skip
+
+
+def qk_norm_bytes_per_token(arch: ModelArch, precision: Precision, *, trainable: bool, compiled: bool = False,
+                            fp32_weight: bool | None = None) -> float:  # fmt: skip
+    """What the RMSNorms of q and k keep, per token of one block: per head (Qwen3, Gemma 3, GLM-4.5 with
+    ``use_qk_norm``: one statistic a head) or over the full width (OLMoE, OLMo 2: one a token), applied to the
+    projections' outputs before the rotary embedding (transformers 5.25 ``Qwen3Attention``, ``OlmoeAttention``).
+    Eager with 16-bit compute each norm keeps the fp32 copy of its input — the projection's output, which nothing
+    else keeps — an fp32 rstd per row and, when its weight trains, the down-cast normalised tensor the weight
+    multiplies (its fp32 form where the norm multiplies in fp32, ``fp32_weight``, by default the family's:
+    :func:`norm_fp32_weight`); in
+    fp32 the input itself and the normalised tensor; compiled or fused, the 16-bit input and the rstd.  They sit in
+    the tensor-parallel region (q and k are split by head).  Measured against a Llama of one shape with saved-tensor
+    hooks (``tests/estimate/test_norm_saves.py``)."""
+    if arch.qk_norm is None:
+        return 0.0
+    e = precision.compute_bytes
+    width = arch_mod.attention_inner_dim(arch) + arch_mod.kv_inner_dim(arch)
+    rows = arch.heads + arch.kv_heads if arch.qk_norm == "head" else 2
+    if compiled:
+        per_element = float(e)
+    elif e == 2:
+        wide = arch.norm_fp32_weight if fp32_weight is None else fp32_weight
+        per_element = 4.0 + ((4.0 if wide else e) if trainable else 0.0)
+    else:
+        per_element = 4.0 + (4.0 if trainable else 0.0)
+    return width * per_element + 4.0 * rows
 
 
 def routed_expert_bytes(job: TransformerJob, arch: ModelArch, *, fp32_combine: bool = False,
@@ -638,7 +685,7 @@ def head_activation_bytes(job: TransformerJob, arch: ModelArch, knobs: Knobs | N
     k = knobs or Knobs(stack=job.stack)
     tokens = job.seq_len * job.micro_batch
     head = tokens * (norm_saved_bytes_per_token(arch.hidden, arch.norm, job.precision, compiled=k.compile,
-                                                weight_trainable=job.lora_spec is None)
+                                                weight_trainable=job.lora_spec is None, fp32_weight=norm_fp32_weight(arch, k))
                      + arch.hidden * job.precision.compute_bytes)  # fmt: skip
     if arch.has_lm_head:
         head += logits_bytes(seq_len=job.seq_len, micro_batch=job.micro_batch, vocab=arch.vocab, precision=job.precision,
@@ -752,7 +799,8 @@ def model_split(job: TransformerJob, m: TransformerModel, knobs: Knobs) -> Model
         expert = kept_routed_expert_bytes(job, arch, knobs)
     tokens, e = job.seq_len * job.micro_batch, job.precision.compute_bytes
     head = head_activation_bytes(job, arch, knobs)
-    head_replicated = tokens * (norm_saved_bytes_per_token(arch.hidden, arch.norm, job.precision, compiled=knobs.compile)
+    head_replicated = tokens * (norm_saved_bytes_per_token(arch.hidden, arch.norm, job.precision, compiled=knobs.compile,
+                                                           fp32_weight=norm_fp32_weight(arch, knobs))
                                 + arch.hidden * e)  # fmt: skip
     c = m.counts
     vocab_params = arch.vocab * arch.hidden

@@ -1,0 +1,163 @@
+"""What each family's RMSNorms keep for backward, against autograd (saved-tensor hooks on transformers' own classes).
+
+Two styles exist in the claimed families: Llama's ``weight * x.to(dtype)`` keeps the 16-bit normalised tensor for the
+weight's gradient; Gemma's ``x * (1 + weight.float())`` and gpt-oss's / OLMo 2's ``(weight * x).to(dtype)`` keep the
+fp32 one. And Qwen3, Gemma 3, OLMoE and GLM-4.5 normalise q and k too, which a Llama of one shape does not.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from trainplan.estimate.memory import norm_saved_bytes_per_token
+from trainplan.estimate.transformer import qk_norm_bytes_per_token
+from trainplan.hfconfig import arch_from_hf_config
+from trainplan.spec import Precision
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+# model_type -> its RMSNorm class (transformers 5.25 modeling_<family>.py)
+NORMS = {"llama": "LlamaRMSNorm", "mistral": "MistralRMSNorm", "qwen2": "Qwen2RMSNorm", "qwen3": "Qwen3RMSNorm",
+         "gemma": "GemmaRMSNorm", "gemma2": "Gemma2RMSNorm", "gemma3_text": "Gemma3RMSNorm", "phi3": "Phi3RMSNorm",
+         "mixtral": "MixtralRMSNorm", "qwen3_moe": "Qwen3MoeRMSNorm", "olmoe": "OlmoeRMSNorm",
+         "deepseek_v3": "DeepseekV3RMSNorm", "gpt_oss": "GptOssRMSNorm", "glm4_moe": "Glm4MoeRMSNorm",
+         "smollm3": "SmolLM3RMSNorm", "granite": "GraniteRMSNorm", "ministral3": "Ministral3RMSNorm",
+         "olmo2": "Olmo2RMSNorm", "olmo3": "Olmo3RMSNorm"}  # fmt: skip
+
+
+def _saved(module: torch.nn.Module, x: torch.Tensor) -> int:
+    """Bytes autograd saves in ``module(x)``, the input and the parameters left out (each storage once)."""
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        module(x).float().sum()
+    own = {x.untyped_storage().data_ptr()} | {p.untyped_storage().data_ptr() for p in module.parameters()}
+    return sum(n for ptr, n in seen.items() if ptr not in own)
+
+
+def _per_token(module: torch.nn.Module, hidden: int) -> float:
+    """Saved bytes per token: the difference between 64 and 32 tokens (a per-call constant, such as Gemma's
+    ``1 + weight.float()``, drops out)."""
+    big, small = (torch.randn(n, hidden, dtype=torch.bfloat16, requires_grad=True) for n in (64, 32))
+    return (_saved(module, big) - _saved(module, small)) / 32
+
+
+@pytest.mark.parametrize("trainable", [True, False], ids=["trainable", "frozen"])
+@pytest.mark.parametrize("mt", sorted(NORMS))
+def test_each_family_norm_keeps_what_the_estimate_counts(mt: str, trainable: bool) -> None:
+    mod = mt if mt != "gemma3_text" else "gemma3"
+    cls = getattr(importlib.import_module(f"transformers.models.{mod}.modeling_{mod}"), NORMS[mt])
+    hidden = 64
+    norm = cls(hidden).to(torch.bfloat16)
+    norm.weight.requires_grad_(trainable)
+    cfg = transformers.AutoConfig.for_model(mt).to_dict()
+    if mt == "deepseek_v3":
+        cfg["num_experts_per_tok"] = 8
+    arch = arch_from_hf_config(cfg)
+    expected = norm_saved_bytes_per_token(hidden, arch.norm, Precision.BF16, weight_trainable=trainable,
+                                          fp32_weight=arch.norm_fp32_weight)  # fmt: skip
+    assert _per_token(norm, hidden) == expected
+
+
+def _saved_by_loss_step(cfg: dict) -> int:
+    """Bytes autograd saves in a training forward pass with its loss (bf16, SDPA, CPU, 2 x 32 tokens)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from lora_saved_bytes import saved_bytes
+
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**cfg),
+                                                          attn_implementation="sdpa").to(torch.bfloat16)  # fmt: skip
+    ids = torch.randint(1, 101, (2, 32))
+    return saved_bytes(model, lambda: model(input_ids=ids, labels=ids).loss)
+
+
+@pytest.mark.parametrize("head_dim", [16, 24])
+def test_qwen3_q_and_k_norms_keep_what_the_estimate_counts(head_dim: int) -> None:
+    """A Qwen3 and a Llama of one shape (no biases) differ only by the per-head q/k RMSNorms: autograd's difference
+    over the 4 layers and 64 tokens is the estimate's :func:`qk_norm_bytes_per_token`, to the byte."""
+    shape = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 4, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "head_dim": head_dim, "vocab_size": 101, "pad_token_id": 0,
+             "tie_word_embeddings": False, "attention_bias": False, "bos_token_id": None, "eos_token_id": None}  # fmt: skip
+    qwen3 = {"model_type": "qwen3", **shape}
+    per_token = qk_norm_bytes_per_token(arch_from_hf_config(qwen3), Precision.BF16, trainable=True)
+    assert per_token == (4 + 2) * head_dim * (4 + 2) + 4 * (4 + 2)  # fp32 copy + bf16 normalised, an rstd a head
+    assert _saved_by_loss_step(qwen3) - _saved_by_loss_step({"model_type": "llama", **shape}) == 4 * 64 * per_token
+
+
+def test_full_width_and_fp32_weight_q_and_k_norms() -> None:
+    """OLMoE's norms span q's and k's full width (one statistic a token); Gemma 3's multiply their weight in fp32;
+    compiled, a norm keeps its 16-bit input and the statistic; frozen (LoRA), no normalised copy."""
+    tiny = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "vocab_size": 101}  # fmt: skip
+    olmoe = arch_from_hf_config({"model_type": "olmoe", **tiny, "num_experts": 4, "num_experts_per_tok": 2})
+    gemma3 = arch_from_hf_config({"model_type": "gemma3_text", **tiny, "head_dim": 16})
+    bf16 = Precision.BF16
+    assert qk_norm_bytes_per_token(olmoe, bf16, trainable=True) == 6 * (64 + 32) + 4 * 2
+    assert qk_norm_bytes_per_token(gemma3, bf16, trainable=True) == 8 * (64 + 32) + 4 * 6
+    assert qk_norm_bytes_per_token(gemma3, bf16, trainable=False) == 4 * (64 + 32) + 4 * 6
+    assert qk_norm_bytes_per_token(gemma3, bf16, trainable=True, compiled=True) == 2 * (64 + 32) + 4 * 6
+    assert qk_norm_bytes_per_token(arch_from_hf_config({"model_type": "llama", **tiny}), bf16, trainable=True) == 0
+
+
+@pytest.mark.parametrize("mt", ["olmo2", "olmo3"])
+def test_olmo_post_norms_keep_what_the_estimate_counts(mt: str) -> None:
+    """OLMo 2 / 3 against a Llama of one shape: the norms after the sublayers keep what norms before them keep, so
+    autograd's difference is the fp32-weight norms' extra fp32 copy (2 a block and the final one) and the full-width
+    q/k norms — the estimate's terms, to the byte (2 x 32 tokens, 4 layers; OLMo 3 with its window on 3 of 4 layers,
+    wider than the sequence) — plus the rotary tables: OLMo rotates q and k in fp32, so the cos and sin it keeps
+    (one row per position, whatever the batch and the layer count: 32 x 16 values each) are fp32 where Llama keeps
+    them in bf16, and OLMo 3 has two pairs (sliding and full layers). They are left out of the estimate."""
+    shape = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 4, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "vocab_size": 101, "pad_token_id": 0, "tie_word_embeddings": False,
+             "attention_bias": False, "bos_token_id": None, "eos_token_id": None}  # fmt: skip
+    olmo = {"model_type": mt, **shape}
+    arch = arch_from_hf_config(olmo)
+    bf16, tokens, layers = Precision.BF16, 64, 4
+    norm_extra = (norm_saved_bytes_per_token(64, "rmsnorm", bf16, fp32_weight=True)
+                  - norm_saved_bytes_per_token(64, "rmsnorm", bf16))  # fmt: skip
+    assert norm_extra == 2 * 64
+    expected = tokens * (layers * (2 * norm_extra + qk_norm_bytes_per_token(arch, bf16, trainable=True)) + norm_extra)
+    pairs = 2 if mt == "olmo3" else 1
+    tables = 2 * 32 * 16 * (4 * pairs - 2)  # cos and sin: fp32 per pair, against Llama's one bf16 pair
+    assert _saved_by_loss_step(olmo) - _saved_by_loss_step({"model_type": "llama", **shape}) == expected + tables
+
+
+def test_the_stack_decides_the_norm_style(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LitGPT's own RMSNorm multiplies its weight in fp32 for every model; stacks that run transformers' modeling code
+    take the family's class. For a full fine-tune of a Llama under LitGPT the blocks and the final norm keep 2 bytes
+    more per norm element than with Llama's norm style (2 norms a block + the final one); a LoRA job's frozen norms
+    keep no normalised copy, so the style changes nothing there."""
+    from trainplan.catalog import get_catalog, resolve_model
+    from trainplan.estimate import transformer
+    from trainplan.estimate.stack import effective_knobs
+    from trainplan.spec import parse_job
+
+    def job(stack: str, model: str = "llama-2-7b", **extra: object):  # noqa: ANN202
+        return parse_job({"kind": "transformer", "model": model, "seq_len": 512, "micro_batch": 1, "precision": "bf16",
+                          "steps": 1, "stack": stack, "knobs": {"compile": False}, **extra})  # fmt: skip
+
+    def activations(j) -> float:  # noqa: ANN001
+        arch, k = resolve_model(j.model), effective_knobs(j, get_catalog())
+        return transformer.block_activation_bytes(j, arch, k) + transformer.head_activation_bytes(j, arch, k)
+
+    llama = resolve_model("llama-2-7b")
+    cat = get_catalog()
+    assert transformer.norm_fp32_weight(llama, effective_knobs(job("litgpt"), cat))
+    assert not transformer.norm_fp32_weight(llama, effective_knobs(job("hf-trainer"), cat))
+    assert transformer.norm_fp32_weight(resolve_model("gemma-2-2b"), effective_knobs(job("hf-trainer", "gemma-2-2b"), cat))
+    assert not transformer.norm_fp32_weight(resolve_model("gemma-2-2b"), effective_knobs(job("torchtune", "gemma-2-2b"), cat))
+    full, lora = job("litgpt"), job("litgpt", method="lora", lora={"rank": 8})
+    fp32_full, fp32_lora = activations(full), activations(lora)
+    monkeypatch.setattr(transformer, "norm_fp32_weight", lambda arch, k: False)
+    assert fp32_full - activations(full) == 512 * (2 * llama.layers + 1) * 2 * llama.hidden
+    assert fp32_lora == activations(lora)
