@@ -13,7 +13,8 @@ import yaml
 DATA = Path(__file__).resolve().parent / "data"
 HELDOUT = DATA / "published_tabular_heldout.yaml"
 SHA256 = "81c918471f05b1ae0c9826786ddbcc579b85f5147c28b560939103895176e389"  # as committed, before any prediction
-IN_SAMPLE = ("published_tabular.yaml", "published_tabular_gpu2024.yaml", "published_tabular_scaling.yaml")
+IN_SAMPLE = ("published_tabular.yaml", "published_tabular_gpu2024.yaml", "published_tabular_scaling.yaml",
+             "published_tabular_scaling_c5.yaml")
 sys.path.insert(0, str(DATA.parents[1] / "benchmarks"))
 
 
