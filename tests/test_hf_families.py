@@ -54,6 +54,8 @@ VARIANTS = [
     {"model_type": "granite", **TINY, "attention_bias": True, "tie_word_embeddings": False, "logits_scaling": 16.0},
     {"model_type": "smollm3", **TINY, "use_sliding_window": True, "sliding_window": 8, "no_rope_layer_interval": 2,
      "tie_word_embeddings": False},
+    {"model_type": "exaone4", **TINY, "num_hidden_layers": 6, "sliding_window": 8, "sliding_window_pattern": 3,
+     "tie_word_embeddings": True},
     {"model_type": "ministral", **TINY, "head_dim": 32, "sliding_window": 8,
      "layer_types": ["sliding_attention", "full_attention"] * 2},
     {"model_type": "ministral3", **TINY, "sliding_window": 8, "tie_word_embeddings": True},

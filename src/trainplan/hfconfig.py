@@ -256,6 +256,31 @@ def _read_olmo2(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]
     return out, keys
 
 
+def _read_exaone4(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """EXAONE 4.0 (``Exaone4ForCausalLM``): Llama's weights with per-head q/k RMSNorms, the block's two norms after
+    attention and the MLP (as OLMo 2; Llama's norm class, so Llama's bytes: measured, ``tests/estimate/test_norm_saves.py``),
+    and, with a ``sliding_window``, local attention on the layers ``layer_types`` names (by default all but every
+    ``sliding_window_pattern``-th) while the global layers apply no rotary embedding (NoPE: "We use global NoPE for
+    hybrid attention model", transformers 5.25 ``modeling_exaone4.py``)."""
+    out = _llama_like(cfg, mt)
+    out["qk_norm"] = "head"
+    n = out["layers"]
+    window = cfg.get("sliding_window")
+    types = cfg.get("layer_types")
+    if types is None:  # Exaone4Config.__post_init__: every pattern-th layer global, counting from 1
+        pattern = cfg.get("sliding_window_pattern", 4)
+        if not window or not isinstance(pattern, int) or pattern < 1:
+            raise ConfigRefused(f"{mt} config: without layer_types, sliding_window and an integer sliding_window_pattern "
+                                "are needed (Exaone4Config derives the layer types from them)")  # fmt: skip
+        types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n)]
+    out.update(_sliding(dict(cfg, layer_types=types), mt, n, None))
+    if window:
+        global_layers = sum(t == "full_attention" for t in types)
+        if global_layers:
+            out["nope_layers"] = global_layers
+    return out, COMMON_KEYS | {"sliding_window", "sliding_window_pattern", "layer_types"}
+
+
 def _read_gemma(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
     """Gemma (``GemmaForCausalLM``): gated GELU MLP, head tied to the embedding, embedding scaled by √h, norms that
     multiply ``1 + weight`` in fp32 (``GemmaRMSNorm``)."""
@@ -471,6 +496,7 @@ READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str
     "qwen3": _read_qwen3,
     "olmo2": _read_olmo2,
     "olmo3": _read_olmo2,
+    "exaone4": _read_exaone4,
     "gemma": _read_gemma,
     "gemma2": _read_gemma2,
     "gemma3_text": _read_gemma3_text,

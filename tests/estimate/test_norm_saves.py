@@ -25,7 +25,7 @@ NORMS = {"llama": "LlamaRMSNorm", "mistral": "MistralRMSNorm", "qwen2": "Qwen2RM
          "mixtral": "MixtralRMSNorm", "qwen3_moe": "Qwen3MoeRMSNorm", "olmoe": "OlmoeRMSNorm",
          "deepseek_v3": "DeepseekV3RMSNorm", "gpt_oss": "GptOssRMSNorm", "glm4_moe": "Glm4MoeRMSNorm",
          "smollm3": "SmolLM3RMSNorm", "granite": "GraniteRMSNorm", "ministral3": "Ministral3RMSNorm",
-         "olmo2": "Olmo2RMSNorm", "olmo3": "Olmo3RMSNorm"}  # fmt: skip
+         "olmo2": "Olmo2RMSNorm", "olmo3": "Olmo3RMSNorm", "exaone4": "Exaone4RMSNorm"}  # fmt: skip
 
 
 def _saved(module: torch.nn.Module, x: torch.Tensor) -> int:
@@ -161,3 +161,19 @@ def test_the_stack_decides_the_norm_style(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(transformer, "norm_fp32_weight", lambda arch, k: False)
     assert fp32_full - activations(full) == 512 * (2 * llama.layers + 1) * 2 * llama.hidden
     assert fp32_lora == activations(lora)
+
+
+def test_exaone4_keeps_what_the_estimate_counts() -> None:
+    """EXAONE 4.0 against a Llama of one shape: its norms follow the sublayers (Llama's norm class: the same bytes) and
+    it normalises q and k per head — the estimate's q/k term over 4 layers and 64 tokens, to the byte; its global
+    layers skip the rotary embedding (NoPE), which keeps nothing of its own (the window, 3 of 4 layers, is wider than
+    the sequence)."""
+    shape = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 4, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 101, "pad_token_id": 0,
+             "tie_word_embeddings": False, "bos_token_id": None, "eos_token_id": None}  # fmt: skip
+    exaone = {"model_type": "exaone4", **shape, "sliding_window": 64, "sliding_window_pattern": 4}
+    arch = arch_from_hf_config(exaone)
+    assert (arch.qk_norm, arch.sliding_layers, arch.nope_layers, arch.norm_fp32_weight) == ("head", 3, 1, False)
+    per_token = qk_norm_bytes_per_token(arch, Precision.BF16, trainable=True)
+    llama = {"model_type": "llama", **shape, "attention_bias": False}
+    assert _saved_by_loss_step(exaone) - _saved_by_loss_step(llama) == 4 * 64 * per_token
