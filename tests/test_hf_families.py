@@ -56,6 +56,8 @@ VARIANTS = [
      "tie_word_embeddings": False},
     {"model_type": "exaone4", **TINY, "num_hidden_layers": 6, "sliding_window": 8, "sliding_window_pattern": 3,
      "tie_word_embeddings": True},
+    {"model_type": "seed_oss", **TINY, "head_dim": 16, "attention_out_bias": True, "attention_dropout": 0.0,
+     "residual_dropout": 0.0},
     {"model_type": "ministral", **TINY, "head_dim": 32, "sliding_window": 8,
      "layer_types": ["sliding_attention", "full_attention"] * 2},
     {"model_type": "ministral3", **TINY, "sliding_window": 8, "tie_word_embeddings": True},

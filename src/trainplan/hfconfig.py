@@ -196,6 +196,23 @@ def _read_ministral(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[s
     return out, COMMON_KEYS | {"sliding_window", "layer_types"}
 
 
+def _read_seed_oss(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """Seed-OSS (``SeedOssForCausalLM``): Llama's layers with biases on q, k and v (``attention_bias``) and on o
+    (``attention_out_bias``), and dropout both in attention and after each sublayer (``residual_dropout``,
+    transformers 5.25 ``modeling_seed_oss.py``), which trainplan models as one probability: the two must agree."""
+    out = _llama_like({k: v for k, v in cfg.items() if k != "attention_bias"}, mt)
+    bias_qkv, bias_o = bool(cfg.get("attention_bias", True)), bool(cfg.get("attention_out_bias", False))
+    if bias_o and not bias_qkv:
+        raise ConfigRefused(f"{mt} config attention_out_bias: true without attention_bias is not modelled")
+    out["attention_bias"] = ("qkvo" if bias_o else "qkv") if bias_qkv else None
+    attention, residual = float(cfg.get("attention_dropout") or 0.0), float(cfg.get("residual_dropout") or 0.0)
+    if attention != residual:
+        raise ConfigRefused(f"{mt} config residual_dropout ({residual}) differs from attention_dropout ({attention}); "
+                            "trainplan models one dropout probability for both")  # fmt: skip
+    out["dropout"] = residual
+    return out, COMMON_KEYS | {"attention_bias", "attention_out_bias", "mlp_bias", "residual_dropout"}
+
+
 def _read_smollm3(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
     """SmolLM3 (``SmolLM3ForCausalLM``): Llama's layers, the head tied by default, no rotary embedding on every
     ``no_rope_layer_interval``-th layer (``no_rope_layers``: 1 = rotary, 0 = NoPE) and, with ``use_sliding_window``, a
@@ -491,6 +508,7 @@ READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str
     "mistral": _read_mistral,
     "ministral": _read_ministral,
     "ministral3": _read_ministral,
+    "seed_oss": _read_seed_oss,
     "smollm3": _read_smollm3,
     "qwen2": _read_qwen2,
     "qwen3": _read_qwen3,
