@@ -264,6 +264,7 @@ def _read_olmo2(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]
     ``layer_types`` names — by default three of every four (``Olmo3Config``, transformers 5.25)."""
     out = _llama_like(cfg, mt)
     out["qk_norm"] = "full"
+    out["post_norms"] = True
     out["norm_fp32_weight"] = True  # Olmo2RMSNorm: (self.weight * hidden_states).to(input_dtype)
     keys = COMMON_KEYS | {"attention_bias"}
     if mt == "olmo3":
@@ -281,6 +282,7 @@ def _read_exaone4(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str
     hybrid attention model", transformers 5.25 ``modeling_exaone4.py``)."""
     out = _llama_like(cfg, mt)
     out["qk_norm"] = "head"
+    out["post_norms"] = True
     n = out["layers"]
     window = cfg.get("sliding_window")
     types = cfg.get("layer_types")

@@ -128,6 +128,9 @@ class ModelArch(BaseModel):
     # the RMSNorm multiplies its weight in fp32 before casting down (Gemma 1-3 ``x * (1 + w.float())``, gpt-oss, OLMo 2
     # ``(w * x).to(dtype)``), so with 16-bit compute it keeps the fp32 normalised tensor for the weight's gradient
     norm_fp32_weight: bool = False
+    # OLMo 2/3, EXAONE 4: the block's two norms follow attention and the MLP instead of preceding them; the same bytes
+    # are kept (measured, tests/estimate/test_norm_saves.py), so only a rendering for another framework reads it
+    post_norms: bool = False
     sliding_window: PositiveInt | None = None
     sliding_layers: Annotated[int, Field(ge=0)] = 0  # how many layers attend within sliding_window
     nope_layers: Annotated[int, Field(ge=0)] = 0  # SmolLM3: layers that apply no rotary embedding (NoPE)
@@ -178,6 +181,7 @@ class ModelArch(BaseModel):
         """No feature beyond the Llama / GPT-2 / BERT / T5 shapes that :func:`hf_config` can write back."""
         return (self.moe is None and self.mla is None and self.attention_bias is None and self.qk_norm is None
                 and not self.attention_sinks and self.block_norms == 2 and not self.sliding_layers and not self.norm_fp32_weight
+                and not self.post_norms
                 and self.final_logit_softcap is None and self.attention_softcap is None and not self.mtp_layers
                 and not self.nope_layers)  # fmt: skip
 

@@ -122,6 +122,7 @@ def test_olmo_post_norms_keep_what_the_estimate_counts(mt: str) -> None:
              "attention_bias": False, "bos_token_id": None, "eos_token_id": None}  # fmt: skip
     olmo = {"model_type": mt, **shape}
     arch = arch_from_hf_config(olmo)
+    assert arch.post_norms and arch.norm_fp32_weight and arch.qk_norm == "full"
     bf16, tokens, layers = Precision.BF16, 64, 4
     norm_extra = (norm_saved_bytes_per_token(64, "rmsnorm", bf16, fp32_weight=True)
                   - norm_saved_bytes_per_token(64, "rmsnorm", bf16))  # fmt: skip
@@ -173,7 +174,8 @@ def test_exaone4_keeps_what_the_estimate_counts() -> None:
              "tie_word_embeddings": False, "bos_token_id": None, "eos_token_id": None}  # fmt: skip
     exaone = {"model_type": "exaone4", **shape, "sliding_window": 64, "sliding_window_pattern": 4}
     arch = arch_from_hf_config(exaone)
-    assert (arch.qk_norm, arch.sliding_layers, arch.nope_layers, arch.norm_fp32_weight) == ("head", 3, 1, False)
+    assert (arch.qk_norm, arch.sliding_layers, arch.nope_layers, arch.norm_fp32_weight, arch.post_norms) == (
+        "head", 3, 1, False, True)
     per_token = qk_norm_bytes_per_token(arch, Precision.BF16, trainable=True)
     llama = {"model_type": "llama", **shape, "attention_bias": False}
     assert _saved_by_loss_step(exaone) - _saved_by_loss_step(llama) == 4 * 64 * per_token

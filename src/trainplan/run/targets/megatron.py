@@ -86,6 +86,8 @@ def check(plan: LaunchPlan) -> ModelArch:
         "final_logit_softcap": "logit soft-capping", "attention_sinks": "attention sinks",
         "gelu_python": "transformers' Python GELU", "extra_embedding_params": "extra embedding parameters",
         "nope_layers": "layers without rotary embeddings (NoPE)",
+        "post_norms": "norms after attention and the MLP instead of before them (OLMo 2, EXAONE 4)",
+        "norm_fp32_weight": "norms that multiply their weight in fp32 (Gemma, gpt-oss, OLMo 2)",
     }  # fmt: skip
     for field, what in refused.items():
         if getattr(arch, field):
