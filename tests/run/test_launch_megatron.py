@@ -242,3 +242,19 @@ def test_full_checkpointing_on_a_share_of_the_blocks_is_megatrons_block_method(t
     with pytest.raises(SpecError, match="0.25 of 10 layers a chunk must be a whole number") as err:
         render(odd)
     assert "\n" not in str(err.value)
+
+
+def test_a_glm45_shaped_moe_renders_its_mtp_layer(tmp_path: Path) -> None:
+    """A GLM-4.5-shaped model (grouped-query attention with q/k/v biases, dense-first layers, shared + routed experts,
+    one multi-token-prediction layer) renders with --mtp-num-layers, which Megatron Core reads into mtp_num_layers."""
+    from trainplan.model import MoE
+
+    glm = ModelArch(**SMALL, attention_bias="qkv", mtp_layers=1,
+                    moe=MoE(experts=8, top_k=2, expert_ffn_hidden=128, shared_ffn_hidden=128, dense_layers=(0,)))  # fmt: skip
+    plan = resolve(tmp_path, {**PRETRAIN_70B, "model": glm.model_dump(exclude_none=True)}, gpu="H100-80GB", gpus=8, ep=8,
+                   strategy="ddp")  # fmt: skip
+    a = args_of(render(plan).commands[0].argv)
+    assert (a["--mtp-num-layers"], a["--moe-layer-freq"], a["--moe-shared-expert-intermediate-size"]) == ("1", "[0,1,1,1]", "128")
+    assert "--add-qkv-bias" in render(plan).commands[0].argv
+    if megatron_core_available():
+        assert transformer_config_kwargs(arguments(plan, check(plan)))["mtp_num_layers"] == 1

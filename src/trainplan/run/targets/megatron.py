@@ -164,6 +164,8 @@ def arguments(plan: LaunchPlan, arch: ModelArch) -> list[str]:
                  "--moe-grouped-gemm"]  # fmt: skip
         if arch.moe.shared_ffn_hidden:
             args += ["--moe-shared-expert-intermediate-size", str(arch.moe.shared_ffn_hidden)]
+    if arch.mtp_layers:  # GLM-4.5's multi-token-prediction layer (DeepSeek-V3's design, which Megatron-Core builds)
+        args += ["--mtp-num-layers", str(arch.mtp_layers)]
     if plan.strategy is Strategy.ZERO1:
         args.append("--use-distributed-optimizer")
     if job.precision in (Precision.BF16, Precision.FP8):
@@ -294,6 +296,7 @@ _FIELDS = {
     "--moe-shared-expert-intermediate-size": "moe_shared_expert_intermediate_size",
     "--moe-token-dispatcher-type": "moe_token_dispatcher_type", "--recompute-granularity": "recompute_granularity",
     "--recompute-method": "recompute_method", "--recompute-num-layers": "recompute_num_layers",
+    "--mtp-num-layers": "mtp_num_layers",
 }  # fmt: skip
 _SWITCHES = {"--sequence-parallel": "sequence_parallel", "--swiglu": "gated_linear_unit", "--moe-grouped-gemm": "moe_grouped_gemm",
              "--bf16": "bf16", "--fp16": "fp16", "--qk-layernorm": "qk_layernorm",
