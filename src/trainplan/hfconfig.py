@@ -442,7 +442,7 @@ def _read_deepseek(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[st
         fe = _need(cfg, "moe_intermediate_size", mt)
         k = int(cfg.get("first_k_dense_replace") or 0)
         out["moe"] = MoE(experts=cfg["n_routed_experts"], top_k=_need(cfg, "num_experts_per_tok", mt), expert_ffn_hidden=fe,
-                         shared_ffn_hidden=int(cfg.get("n_shared_experts") or 0) * fe,
+                         shared_ffn_hidden=int(cfg.get("n_shared_experts") or 0) * fe, router_fp32=True,
                          dense_layers=tuple(range(min(k, layers))))  # fmt: skip
         out["mtp_layers"] = int(cfg.get("num_nextn_predict_layers") or 0)
     elif cfg.get("num_nextn_predict_layers"):
@@ -478,7 +478,7 @@ def _read_glm4_moe(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[st
     # a key left out takes Glm4MoeConfig's default (transformers 5.25): one shared expert, one dense layer, one MTP layer
     k = int(cfg.get("first_k_dense_replace", 1) or 0)
     out["moe"] = MoE(experts=experts, top_k=_need(cfg, "num_experts_per_tok", mt), expert_ffn_hidden=fe,
-                     shared_ffn_hidden=int(cfg.get("n_shared_experts", 1) or 0) * fe,
+                     shared_ffn_hidden=int(cfg.get("n_shared_experts", 1) or 0) * fe, router_fp32=True,
                      dense_layers=tuple(range(min(k, out["layers"]))))  # fmt: skip
     out["mtp_layers"] = int(_first(cfg, "num_nextn_predict_layers", "num_mtp_layers", default=1) or 0)
     return out, COMMON_KEYS | {"attention_bias", "use_qk_norm", "n_routed_experts", "num_local_experts",

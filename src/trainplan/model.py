@@ -67,6 +67,9 @@ class MoE(BaseModel):
     # gpt-oss: the experts' SwiGLU clamps gate and up (swiglu_limit) and gates with sigmoid(alpha·gate) times (up + 1),
     # which keeps more intermediates for backward than SiLU(gate)·up (transformers GptOssExperts._apply_gate)
     clamped_swiglu: bool = False
+    # DeepSeek-V2 / V3, GLM-4.5: the router computes its logits in fp32 from an fp32 copy of the layer's input
+    # (``F.linear(hidden_states.type(torch.float32), ...)``), which it keeps for its weight's gradient
+    router_fp32: bool = False
     dense_layers: tuple[Annotated[int, Field(ge=0)], ...] = ()  # indices of the layers that keep a dense MLP
 
     @model_validator(mode="after")

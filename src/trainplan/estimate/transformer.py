@@ -262,12 +262,12 @@ def layer_split(job: TransformerJob, arch: ModelArch, k: Knobs, ffn_hidden: int)
     MLA's latents and Gemma's extra norms are full-width and stay outside.  Under a PyTorch selective-checkpointing
     policy a block keeps its matmul outputs instead (:func:`_selective_split`)."""
     tokens, trainable, fp32_weight = job.seq_len * job.micro_batch, job.lora_spec is None, norm_fp32_weight(arch, k)
-    extra = tokens * (mla_latent_bytes_per_token(arch, job.precision) + block_norm_extra_bytes_per_token(
-        arch, job.precision, trainable=trainable, fp32_weight=fp32_weight))
+    fused_norms = k.compile or (k.fused_kernels is not FusedKernels.NONE and arch.norm == "rmsnorm")
+    extra = tokens * (mla_latent_bytes_per_token(arch, job.precision, trainable=trainable, compiled=fused_norms)
+                      + block_norm_extra_bytes_per_token(arch, job.precision, trainable=trainable, fp32_weight=fp32_weight))
     if _keeps_matmul_outputs(job, k):
         replicated, sharded = _selective_split(job, arch, k, ffn_hidden)
         return replicated + extra, sharded
-    fused_norms = k.compile or (k.fused_kernels is not FusedKernels.NONE and arch.norm == "rmsnorm")
     qk_norms = tokens * qk_norm_bytes_per_token(arch, job.precision, trainable=trainable, compiled=fused_norms,
                                                 fp32_weight=fp32_weight)
     split: list[tuple[float, float]] = []
@@ -277,7 +277,7 @@ def layer_split(job: TransformerJob, arch: ModelArch, k: Knobs, ffn_hidden: int)
         hidden=arch.hidden,
         heads=arch.heads,
         q_dim=arch_mod.kv_inner_dim(arch) if arch.mla is not None else arch_mod.attention_inner_dim(arch),
-        kv_dim=_saved_kv_dim(arch, k),
+        kv_dim=_saved_kv_dim(arch, k, eager=not _flash(job, arch)),
         ffn_hidden=ffn_hidden,
         mlp=arch.mlp,
         norm=arch.norm,
@@ -302,18 +302,20 @@ def layer_split(job: TransformerJob, arch: ModelArch, k: Knobs, ffn_hidden: int)
     return replicated + extra, sharded + qk_norms
 
 
-def _saved_kv_dim(arch: ModelArch, k: Knobs) -> float:
+def _saved_kv_dim(arch: ModelArch, k: Knobs, *, eager: bool = False) -> float:
     """The mean width of the K and V the attention keeps: the key-value heads', or every head's where the stack copies
     grouped-query K and V out before SDPA (torchtune's ``MultiHeadAttention``: ``expand(...).flatten(1, 2)``; LitGPT's
-    ``expand`` and ``reshape``); where V is a view into a fused QKV output (LitGPT without grouped queries), SDPA
-    keeping V keeps that whole output, q + 2kv wide."""
+    ``expand`` and ``reshape``) or before eager attention (``eager``: transformers' ``eager_attention_forward`` calls
+    ``repeat_kv`` on K and V, and its two matmuls keep the copies — measured with saved-tensor hooks on Gemma 2 and
+    gpt-oss, ``tests/estimate/test_norm_saves.py``); where V is a view into a fused QKV output (LitGPT without grouped
+    queries), SDPA keeping V keeps that whole output, q + 2kv wide."""
     kv = arch_mod.kv_inner_dim(arch)
     if arch.mla is not None:
         return kv
     q = arch_mod.attention_inner_dim(arch)
     if k.fused_qkv_view and kv == q:
         return (q + (q + 2 * kv)) / 2
-    return q if k.expanded_kv else kv
+    return q if k.expanded_kv or eager else kv
 
 
 def _check_fused_activation(job: TransformerJob, arch: ModelArch, k: Knobs) -> None:
@@ -432,15 +434,21 @@ def _lora_saves(job: TransformerJob, arch: ModelArch, k: Knobs) -> LoraSaves | N
                      base_keeps_inputs=bnb, dropout=job.lora_spec.dropout > 0, qkv_out_bytes=fused_out)  # fmt: skip
 
 
-def mla_latent_bytes_per_token(arch: ModelArch, precision: Precision) -> float:
-    """What MLA keeps beyond a standard attention's Q, K, V (transformers ``DeepseekV3Attention``): the
-    low-rank query and key-value latents before and after their RMSNorms, and kv_b_proj's output before
-    it is split into the no-rope key and the value (each e bytes per element)."""
+def mla_latent_bytes_per_token(arch: ModelArch, precision: Precision, *, trainable: bool = True,
+                               compiled: bool = False) -> float:  # fmt: skip
+    """What MLA keeps beyond a standard attention's Q, K, V (transformers ``DeepseekV3Attention``): for the low-rank
+    query and key-value latents, what their RMSNorms keep (``q_a_layernorm``, ``kv_a_layernorm``: the fp32 copy of
+    the latent, its rstd and, training, the normalised tensor — :func:`memory.norm_saved_bytes_per_token`) and the
+    normalised latent the up-projection keeps (e bytes); the rotary key slice before and after rotation (2e); and
+    kv_b_proj's output before it is split into the no-rope key and the value (e).  Measured against a Llama of one
+    shape with saved-tensor hooks (``tests/estimate/test_norm_saves.py``): until 2026-12-07 the latents were counted
+    at 2e (before and after the norm), 4 bytes short of the 8 a bf16 norm and projection keep."""
     if arch.mla is None:
         return 0.0
     m, e = arch.mla, precision.compute_bytes
-    latents = (m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_rope_head_dim
-    return e * (2 * latents + arch.heads * (m.qk_nope_head_dim + m.v_head_dim))
+    normed = sum(norm_saved_bytes_per_token(rank, arch.norm, precision, compiled=compiled, weight_trainable=trainable)
+                 + e * rank for rank in (m.q_lora_rank or 0, m.kv_lora_rank) if rank)  # fmt: skip
+    return normed + e * (2 * m.qk_rope_head_dim + arch.heads * (m.qk_nope_head_dim + m.v_head_dim))
 
 
 def norm_fp32_weight(arch: ModelArch, k: Knobs) -> bool:
@@ -579,6 +587,16 @@ def kept_routed_expert_bytes(job: TransformerJob, arch: ModelArch, k: Knobs) -> 
         kept = routed_expert_bytes(job, arch, fp32_combine=k.moe_fp32_combine,
                                    act_recomputed=RecomputeModule.MOE_ACT in mods,
                                    fused_activation=k.moe_fused_activation)  # fmt: skip
+        tokens = job.seq_len * job.micro_batch
+        if arch.moe.shared_gate and arch.moe.shared_ffn_hidden:
+            # Qwen2-MoE: sigmoid(shared_expert_gate(x)) * shared_expert(x) keeps the shared expert's output (for the
+            # gate's gradient) and the sigmoid (one value a token): measured, tests/estimate/test_norm_saves.py
+            kept += tokens * job.precision.compute_bytes * (arch.hidden + 1)
+        if arch.moe.router_fp32 and job.lora_spec is None and job.precision.compute_bytes < 4:
+            # DeepSeek-V2 / V3, GLM-4.5: the router's fp32 copy of the layer input, kept for its weight's gradient
+            # (measured on transformers' TopkRouter classes: 4h + 4E..5E + 16..52 bytes a token, where Mixtral's keeps
+            # 4E + 28; the E and constant parts are left out — tests/estimate/test_norm_saves.py)
+            kept += tokens * 4 * arch.hidden
         if RecomputeModule.LAYERNORM in mods:
             # Megatron's TE layer spec fuses input_layernorm into linear_qkv and a dense layer's pre_mlp_layernorm
             # into linear_fc1 (IdentityOp, which `layernorm` skips: transformer_layer.py); an MoE layer's pre-MLP
