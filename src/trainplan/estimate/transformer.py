@@ -479,11 +479,10 @@ def qk_norm_bytes_per_token(arch: ModelArch, precision: Precision, *, trainable:
     projections' outputs before the rotary embedding (transformers 5.25 ``Qwen3Attention``, ``OlmoeAttention``).
     Eager with 16-bit compute each norm keeps the fp32 copy of its input — the projection's output, which nothing
     else keeps — an fp32 rstd per row and, when its weight trains, the down-cast normalised tensor the weight
-    multiplies (its fp32 form where the norm multiplies in fp32, ``fp32_weight``, by default the family's:
-    :func:`norm_fp32_weight`); in
-    fp32 the input itself and the normalised tensor; compiled or fused, the 16-bit input and the rstd.  They sit in
-    the tensor-parallel region (q and k are split by head).  Measured against a Llama of one shape with saved-tensor
-    hooks (``tests/estimate/test_norm_saves.py``)."""
+    multiplies (its fp32 form where the norm multiplies in fp32: ``fp32_weight``, by default the family's, see
+    :func:`norm_fp32_weight`); in fp32 the input itself and the normalised tensor; compiled or fused, the 16-bit
+    input and the rstd.  They sit in the tensor-parallel region (q and k are split by head).  Measured against a
+    Llama of one shape with saved-tensor hooks (``tests/estimate/test_norm_saves.py``)."""
     if arch.qk_norm is None:
         return 0.0
     e = precision.compute_bytes
