@@ -67,7 +67,9 @@ def test_each_family_norm_keeps_what_the_estimate_counts(mt: str, trainable: boo
 
 
 def _saved_by_loss_step(cfg: dict, batch: int = 2) -> int:
-    """Bytes autograd saves in a training forward pass with its loss (bf16, SDPA, CPU, ``batch`` x 32 tokens)."""
+    """Bytes autograd saves in a training forward pass with its loss (bf16, CPU, ``batch`` x 32 tokens), with SDPA
+    where the family has it and transformers' eager attention where it has not (Gemma 2, gpt-oss), as the estimate's
+    ``flash_attention: auto`` reads them."""
     import sys
     from pathlib import Path
 
@@ -75,8 +77,12 @@ def _saved_by_loss_step(cfg: dict, batch: int = 2) -> int:
     from lora_saved_bytes import saved_bytes
 
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**cfg),
-                                                          attn_implementation="sdpa").to(torch.bfloat16)  # fmt: skip
+    config = transformers.AutoConfig.for_model(**cfg)
+    try:
+        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+    except ValueError:  # "does not support an attention implementation through ... scaled_dot_product_attention"
+        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+    model = model.to(torch.bfloat16)
     ids = torch.randint(1, 101, (batch, 32))
     return saved_bytes(model, lambda: model(input_ids=ids, labels=ids).loss)
 
@@ -188,6 +194,9 @@ TINY = {"intermediate_size": 96, "num_hidden_layers": 4, "num_attention_heads": 
 MOE = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
 FAMILIES = {
     "qwen2": {}, "qwen3": {"head_dim": 16}, "mistral": {}, "gemma": {"head_dim": 16}, "gemma3_text": {"head_dim": 16},
+    "gemma2": {"head_dim": 16}, "phi3": {}, "gpt_oss": {"head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 2},
+    "glm4_moe": {"head_dim": 16, "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16,
+                 "num_nextn_predict_layers": 0, "use_qk_norm": True},
     "mixtral": {"num_local_experts": 4, "num_experts_per_tok": 2}, "qwen2_moe": {**MOE, "shared_expert_intermediate_size": 48},
     "qwen3_moe": {**MOE, "head_dim": 16}, "olmoe": {"num_experts": 4, "num_experts_per_tok": 2},
     "deepseek_v3": {"num_key_value_heads": 4, "n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2,
@@ -213,11 +222,26 @@ def _predicted(cfg: dict, micro_batch: int = 2) -> float:
     return block_activation_bytes(job, arch, k) + head_activation_bytes(job, arch, k)
 
 
+#: families whose query reaches SDPA heads-major (Phi-3's and GLM-4.5's concatenating rotary) or that attend eagerly
+#: here (Gemma 2, gpt-oss): their attention output is copied for the output projection on this CPU too (measured)
+_OUTPUT_COPIED_ON_CPU = frozenset({"phi3", "glm4_moe", "gemma2", "gpt_oss"})
+
+
 def _unexplained_per_token(cfg: dict) -> float:
     """(autograd's bytes − the estimate's) per token: the difference between micro-batches of 4 and 2 sequences of
-    32 tokens, so what is kept once per call (a norm's ``1 + weight``, a router's fp32 weight, rotary tables) drops out."""
-    return ((_saved_by_loss_step(cfg, batch=4) - _saved_by_loss_step(cfg, batch=2))
-            - (_predicted(cfg, 4) - _predicted(cfg, 2))) / 64  # fmt: skip
+    32 tokens, so what is kept once per call (a norm's ``1 + weight``, a router's fp32 weight, rotary tables) drops out.
+
+    One known CPU / CUDA difference is put back: where a Llama-style rotary leaves the query laid out (B, S, H, D), this
+    CPU's SDPA kernel returns its output in that order and the output projection's input is a view of it (one
+    storage), where the estimate counts the contiguous copy CUDA's flash kernel is taken to make (docs/estimates.md,
+    *The attention output twice*) — e·q a token and layer, added to the measurement here."""
+    measured = _saved_by_loss_step(cfg, batch=4) - _saved_by_loss_step(cfg, batch=2)
+    if cfg["model_type"] not in _OUTPUT_COPIED_ON_CPU:
+        from trainplan.estimate import architecture as arch_mod
+
+        arch = arch_from_hf_config(cfg)
+        measured += 2 * arch_mod.attention_inner_dim(arch) * arch.layers * 64
+    return (measured - (_predicted(cfg, 4) - _predicted(cfg, 2))) / 64
 
 
 def _gap(mt: str, hidden: int) -> float:
@@ -234,16 +258,14 @@ def _gap(mt: str, hidden: int) -> float:
 
 @pytest.mark.parametrize("mt", sorted(FAMILIES))
 def test_each_family_keeps_what_the_estimate_counts_beyond_a_llama(mt: str) -> None:
-    """For every family whose attention runs SDPA here, what a training forward pass keeps beyond a Llama of one
-    shape (saved-tensor hooks) is what the estimate adds beyond that Llama: within 48 bytes per token and layer
-    (the routers' per-expert and constant terms; what is kept once per call is differenced out), and the difference
-    does not grow
-    with the width (h 64 -> 128: within 4 bytes), so no width-proportional term is missing. Left out, measured but
-    not explained: Phi-3's and GLM-4.5's rotary (a torch.cat of the rotated and passed parts) and Gemma 2's and
-    gpt-oss's eager attention keep one more q-wide bf16 tensor per layer on this CPU (docs/benchmarks.md)."""
+    """For every claimed decoder family, what a training forward pass keeps beyond a Llama of one shape (saved-tensor
+    hooks) is what the estimate adds beyond that Llama: within 48 bytes per token and layer (the routers' per-expert
+    and constant terms; what is kept once per call is differenced out), and the difference does not grow with the
+    width (h 64 -> 128: within 8 bytes, an eighth of a byte per hidden element), so no width-proportional term of a
+    byte or more per element is missing."""
     narrow, wide = _gap(mt, 64), _gap(mt, 128)
     assert abs(narrow) <= 48, narrow
-    assert abs(wide - narrow) <= 4, (narrow, wide)
+    assert abs(wide - narrow) <= 8, (narrow, wide)
 
 
 def test_fp32_routers_keep_a_fp32_copy_of_their_input() -> None:
@@ -282,3 +304,13 @@ def test_fp32_routers_keep_a_fp32_copy_of_their_input() -> None:
                  "moe_intermediate_size": 16}):  # fmt: skip
         moe = arch_from_hf_config(cfg).moe
         assert moe is not None and moe.router_fp32
+
+
+def test_on_this_cpu_a_llama_s_sdpa_output_and_its_projection_input_are_one_storage() -> None:
+    """The CPU fact the family comparison corrects for: a Hugging Face Llama's SDPA output and its output projection's
+    input share one storage here, so with the copy put back the unexplained rest does not change with the attention's
+    width (head_dim 16 -> 32) — without it, it would move by 2 bytes per q element."""
+    def llama(head_dim: int) -> dict:
+        return {"model_type": "llama", **TINY, "hidden_size": 64, "attention_bias": False, "head_dim": head_dim}
+
+    assert _unexplained_per_token(llama(16)) == _unexplained_per_token(llama(32))
