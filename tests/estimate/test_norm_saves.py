@@ -314,3 +314,26 @@ def test_on_this_cpu_a_llama_s_sdpa_output_and_its_projection_input_are_one_stor
         return {"model_type": "llama", **TINY, "hidden_size": 64, "attention_bias": False, "head_dim": head_dim}
 
     assert _unexplained_per_token(llama(16)) == _unexplained_per_token(llama(32))
+
+
+def test_the_fp32_router_copy_is_transformers_own() -> None:
+    """The router's fp32 input copy is counted where transformers' DeepSeek-V3 runs (plain, hf-trainer …), not under
+    torchtitan, whose router runs its gate in the model's dtype: a full DeepSeek-V3-shaped job's MoE layer differs
+    between the two by 4 bytes per hidden element a token, beside torchtitan's own fp32 combine of the experts."""
+    from trainplan.catalog import get_catalog
+    from trainplan.estimate.stack import effective_knobs
+    from trainplan.estimate.transformer import kept_routed_expert_bytes, routed_expert_bytes
+    from trainplan.spec import parse_job
+
+    cfg = {"model_type": "deepseek_v3", **TINY, "hidden_size": 64, **FAMILIES["deepseek_v3"]}
+    arch = arch_from_hf_config(cfg)
+
+    def kept(stack: str) -> float:
+        job = parse_job({"kind": "transformer", "model": arch.model_dump(exclude_none=True), "seq_len": 32,
+                         "micro_batch": 2, "precision": "bf16", "steps": 1, "stack": stack})  # fmt: skip
+        return kept_routed_expert_bytes(job, arch, effective_knobs(job, get_catalog()))
+
+    titan = parse_job({"kind": "transformer", "model": arch.model_dump(exclude_none=True), "seq_len": 32,
+                       "micro_batch": 2, "precision": "bf16", "steps": 1, "stack": "torchtitan"})  # fmt: skip
+    combine = routed_expert_bytes(titan, arch, fp32_combine=True) - routed_expert_bytes(titan, arch)
+    assert kept("hf-trainer") - (kept("torchtitan") - combine) == 64 * 4 * 64

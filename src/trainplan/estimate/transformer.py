@@ -591,10 +591,13 @@ def kept_routed_expert_bytes(job: TransformerJob, arch: ModelArch, k: Knobs) -> 
             # Qwen2-MoE: sigmoid(shared_expert_gate(x)) * shared_expert(x) keeps the shared expert's output (for the
             # gate's gradient) and the sigmoid (one value a token): measured, tests/estimate/test_norm_saves.py
             kept += tokens * job.precision.compute_bytes * (arch.hidden + 1)
-        if arch.moe.router_fp32 and job.lora_spec is None and job.precision.compute_bytes < 4:
-            # DeepSeek-V2 / V3, GLM-4.5: the router's fp32 copy of the layer input, kept for its weight's gradient
-            # (measured on transformers' TopkRouter classes: 4h + 4E..5E + 16..52 bytes a token, where Mixtral's keeps
-            # 4E + 28; the E and constant parts are left out — tests/estimate/test_norm_saves.py)
+        if (arch.moe.router_fp32 and job.lora_spec is None and job.precision.compute_bytes < 4
+                and k.stack not in (Stack.TORCHTITAN, Stack.TORCHTUNE, Stack.LITGPT, Stack.LLM_FOUNDRY)):
+            # DeepSeek-V2 / V3, GLM-4.5 in transformers: the router's fp32 copy of the layer input, kept for its
+            # weight's gradient (measured on transformers' TopkRouter classes: 4h + 4E..5E + 16..52 bytes a token,
+            # where Mixtral's keeps 4E + 28; the E and constant parts are left out — tests/estimate/test_norm_saves.py).
+            # torchtitan's router runs its gate in the model's dtype and up-casts the scores (moe.py
+            # TokenChoiceTopKRouter); the other stacks with their own models are not read
             kept += tokens * 4 * arch.hidden
         if RecomputeModule.LAYERNORM in mods:
             # Megatron's TE layer spec fuses input_layernorm into linear_qkv and a dense layer's pre_mlp_layernorm
