@@ -240,6 +240,12 @@ def model_state_bytes(
 # ----------------------------------------------------------------------------- activations
 
 
+def norm_is_fused(norm: str, *, compiled: bool, fused_kernels: FusedKernels) -> bool:
+    """Whether the RMSNorms run as one kernel that keeps its 16-bit input and an rstd: compiled, or patched by Liger's /
+    Unsloth's Triton RMSNorm (``fused_kernels``) — see :func:`norm_saved_bytes_per_token`."""
+    return compiled or (fused_kernels is not FusedKernels.NONE and norm == "rmsnorm")
+
+
 def norm_saved_bytes_per_token(hidden: int, norm: str, precision: Precision, *, compiled: bool = False,
                                weight_trainable: bool = True, fp32_weight: bool = False) -> float:  # fmt: skip
     """Bytes a normalisation layer keeps for backward, per token.
@@ -413,7 +419,8 @@ def layer_activation_bytes(
     e = precision.compute_bytes
     tokens = seq_len * micro_batch
     fused = fused_kernels is not FusedKernels.NONE
-    norms = 2 * norm_saved_bytes_per_token(hidden, norm, precision, compiled=compiled or (fused and norm == "rmsnorm"),
+    norms = 2 * norm_saved_bytes_per_token(hidden, norm, precision,
+                                           compiled=norm_is_fused(norm, compiled=compiled, fused_kernels=fused_kernels),
                                            weight_trainable=not frozen_norms, fp32_weight=norm_fp32_weight)  # fmt: skip
     attn_linear = e * hidden + e * (q_dim + 2 * kv_dim) + e * q_dim
     fp32_softmax = autocast_softmax and e == 2

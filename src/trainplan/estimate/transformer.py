@@ -25,6 +25,7 @@ from trainplan.estimate.memory import (
     layer_activation_bytes,
     logits_bytes,
     muon_temporary_bytes,
+    norm_is_fused,
     norm_saved_bytes_per_token,
     optimizer_foreach_temporary_bytes,
     selective_saved_bytes_per_token,
@@ -262,7 +263,7 @@ def layer_split(job: TransformerJob, arch: ModelArch, k: Knobs, ffn_hidden: int)
     MLA's latents and Gemma's extra norms are full-width and stay outside.  Under a PyTorch selective-checkpointing
     policy a block keeps its matmul outputs instead (:func:`_selective_split`)."""
     tokens, trainable, fp32_weight = job.seq_len * job.micro_batch, job.lora_spec is None, norm_fp32_weight(arch, k)
-    fused_norms = k.compile or (k.fused_kernels is not FusedKernels.NONE and arch.norm == "rmsnorm")
+    fused_norms = norm_is_fused(arch.norm, compiled=k.compile, fused_kernels=k.fused_kernels)
     extra = tokens * (mla_latent_bytes_per_token(arch, job.precision, trainable=trainable, compiled=fused_norms)
                       + block_norm_extra_bytes_per_token(arch, job.precision, trainable=trainable, fp32_weight=fp32_weight))
     if _keeps_matmul_outputs(job, k):
@@ -451,16 +452,19 @@ def mla_latent_bytes_per_token(arch: ModelArch, precision: Precision, *, trainab
     return normed + e * (2 * m.qk_rope_head_dim + arch.heads * (m.qk_nope_head_dim + m.v_head_dim))
 
 
+#: Stacks that train their own model code rather than transformers' modeling files: what a family's transformers class
+#: keeps (its norm style, an fp32 router input) is not theirs.
+_OWN_MODEL_STACKS = frozenset({Stack.TORCHTUNE, Stack.TORCHTITAN, Stack.LITGPT, Stack.LLM_FOUNDRY})
+
+
 def norm_fp32_weight(arch: ModelArch, k: Knobs) -> bool:
     """Whether the job's RMSNorms multiply their weight in fp32 (:func:`memory.norm_saved_bytes_per_token`): the
     norm class of the code that runs the model. LitGPT's own ``RMSNorm`` does for every model
     (``(x_normed * weight.float()).to(dtype=dtype)``, litgpt/model.py); the stacks that run transformers' modeling
     code take the family's class (``ModelArch.norm_fp32_weight``: Gemma, gpt-oss, OLMo 2); torchtune's, torchtitan's
     and llm-foundry's own norms are counted as Llama's, as before this distinction (not read)."""
-    if k.stack is Stack.LITGPT:
-        return True
-    if k.stack in (Stack.TORCHTUNE, Stack.TORCHTITAN, Stack.LLM_FOUNDRY):
-        return False
+    if k.stack in _OWN_MODEL_STACKS:
+        return k.stack is Stack.LITGPT
     return arch.norm_fp32_weight
 
 
@@ -592,7 +596,7 @@ def kept_routed_expert_bytes(job: TransformerJob, arch: ModelArch, k: Knobs) -> 
             # gate's gradient) and the sigmoid (one value a token): measured, tests/estimate/test_norm_saves.py
             kept += tokens * job.precision.compute_bytes * (arch.hidden + 1)
         if (arch.moe.router_fp32 and job.lora_spec is None and job.precision.compute_bytes < 4
-                and k.stack not in (Stack.TORCHTITAN, Stack.TORCHTUNE, Stack.LITGPT, Stack.LLM_FOUNDRY)):
+                and k.stack not in _OWN_MODEL_STACKS):
             # DeepSeek-V2 / V3, GLM-4.5 in transformers: the router's fp32 copy of the layer input, kept for its
             # weight's gradient (measured on transformers' TopkRouter classes: 4h + 4E..5E + 16..52 bytes a token,
             # where Mixtral's keeps 4E + 28; the E and constant parts are left out — tests/estimate/test_norm_saves.py).
