@@ -128,6 +128,22 @@ def test_ministral_layers_keep_what_llama_keeps() -> None:
         arch_from_hf_config({"model_type": "ministral3", **TINY, "layer_types": ["full_attention"] * 4})
 
 
+def test_keys_left_out_take_the_config_classes_defaults() -> None:
+    """A config.json without a key builds what transformers' config class defaults to, and trainplan reads the same:
+    Seed-OSS's head_dim 128 and dropout 0.1, OLMo 3's 4096-token window; a Ministral without head_dim, which
+    transformers cannot build, is refused."""
+    seed = {"model_type": "seed_oss", **TINY}
+    arch = arch_from_hf_config(seed)
+    assert (arch.head_dim, arch.dropout) == (128, 0.1)
+    assert cross_check(arch, seed) == param_counts(arch).total
+    olmo3 = arch_from_hf_config({"model_type": "olmo3", **TINY})
+    assert (olmo3.sliding_window, olmo3.sliding_layers) == (4096, 3)
+    with pytest.raises(ConfigRefused, match="head_dim"):
+        arch_from_hf_config({"model_type": "ministral", **TINY})
+    with pytest.raises(ConfigRefused, match="head_dim"):
+        arch_from_hf_config({"model_type": "seed_oss", **TINY, "head_dim": None})
+
+
 def test_glm4_moe_reads_its_attention_and_experts() -> None:
     glm, odd = (arch_from_hf_config(c) for c in VARIANTS if c["model_type"] == "glm4_moe")
     assert (glm.attention_bias, glm.qk_norm, glm.head_dim, glm.mtp_layers) == ("qkv", "head", 32, 1)

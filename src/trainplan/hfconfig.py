@@ -182,6 +182,9 @@ def _read_ministral(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[s
     a product with a tensor of one value per position keeps only that tensor for backward (one value per position
     and layer, whatever the batch: left out), so the layer saves what Llama's saves (measured,
     ``tests/test_hf_families.py``); the scale's element-wise pass over q is not priced."""
+    if mt == "ministral" and not cfg.get("head_dim"):
+        # MinistralConfig's head_dim defaults to None, which MinistralAttention takes as is (None ** -0.5)
+        raise ConfigRefused(f"{mt} config lacks head_dim (transformers' MinistralAttention cannot build without it)")
     out = _common(cfg, mt)
     out.update(ffn_hidden=_need(cfg, "intermediate_size", mt), tied_embeddings=_tied(cfg, False))
     if mt == "ministral3":
@@ -199,13 +202,18 @@ def _read_ministral(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[s
 def _read_seed_oss(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
     """Seed-OSS (``SeedOssForCausalLM``): Llama's layers with biases on q, k and v (``attention_bias``) and on o
     (``attention_out_bias``), and dropout both in attention and after each sublayer (``residual_dropout``,
-    transformers 5.25 ``modeling_seed_oss.py``), which trainplan models as one probability: the two must agree."""
+    transformers 5.25 ``modeling_seed_oss.py``), which trainplan models as one probability: the two must agree.  A key
+    left out takes ``SeedOssConfig``'s default: head_dim 128 (``SeedOssAttention`` reads ``config.head_dim`` as is),
+    dropout 0.1 in both places."""
+    if "head_dim" in cfg and not cfg["head_dim"]:
+        raise ConfigRefused(f"{mt} config head_dim: null is not built by transformers' SeedOssAttention; give the head width")
+    cfg = {"head_dim": 128, "attention_dropout": 0.1, "residual_dropout": 0.1, **cfg}
     out = _llama_like({k: v for k, v in cfg.items() if k != "attention_bias"}, mt)
     bias_qkv, bias_o = bool(cfg.get("attention_bias", True)), bool(cfg.get("attention_out_bias", False))
     if bias_o and not bias_qkv:
         raise ConfigRefused(f"{mt} config attention_out_bias: true without attention_bias is not modelled")
     out["attention_bias"] = ("qkvo" if bias_o else "qkv") if bias_qkv else None
-    attention, residual = float(cfg.get("attention_dropout") or 0.0), float(cfg.get("residual_dropout") or 0.0)
+    attention, residual = float(cfg["attention_dropout"] or 0.0), float(cfg["residual_dropout"] or 0.0)
     if attention != residual:
         raise ConfigRefused(f"{mt} config residual_dropout ({residual}) differs from attention_dropout ({attention}); "
                             "trainplan models one dropout probability for both")  # fmt: skip
@@ -267,8 +275,8 @@ def _read_olmo2(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]
     out["post_norms"] = True
     out["norm_fp32_weight"] = True  # Olmo2RMSNorm: (self.weight * hidden_states).to(input_dtype)
     keys = COMMON_KEYS | {"attention_bias"}
-    if mt == "olmo3":
-        out.update(_sliding(cfg, mt, out["layers"],
+    if mt == "olmo3":  # a sliding_window left out is Olmo3Config's 4096
+        out.update(_sliding({"sliding_window": 4096, **cfg}, mt, out["layers"],
                             lambda n: ["sliding_attention" if (i + 1) % 4 else "full_attention" for i in range(n)]))
         keys |= {"sliding_window", "layer_types"}
     return out, keys
