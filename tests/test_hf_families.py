@@ -61,6 +61,8 @@ VARIANTS = [
     {"model_type": "ministral", **TINY, "head_dim": 32, "sliding_window": 8,
      "layer_types": ["sliding_attention", "full_attention"] * 2},
     {"model_type": "ministral3", **TINY, "sliding_window": 8, "tie_word_embeddings": True},
+    {"model_type": "glm", **TINY, "head_dim": 32, "attention_bias": False, "tie_word_embeddings": True},
+    {"model_type": "glm4", **TINY, "head_dim": 16, "partial_rotary_factor": 0.5},
     {"model_type": "glm4_moe", **TINY, "head_dim": 32, "attention_bias": True, "use_qk_norm": True, "n_routed_experts": 8,
      "n_shared_experts": 2, "num_experts_per_tok": 2, "moe_intermediate_size": 16, "first_k_dense_replace": 2,
      "num_nextn_predict_layers": 1},

@@ -355,6 +355,24 @@ def _read_gemma3_text(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set
                                "use_bidirectional_attention", "sliding_window_pattern"}  # fmt: skip
 
 
+def _read_glm(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """GLM-4 (``GlmForCausalLM``, GLM-4-9B) and GLM-4-0414 / GLM-Z1 (``Glm4ForCausalLM``): Llama's weights with biases
+    on q, k and v (``attention_bias``, o without), the gate and up projections fused into one matrix (the same
+    weights) and a rotary embedding on half of each head (``partial_rotary_factor``: no parameters). ``glm4`` adds a
+    norm after attention and one after the MLP, each inside its residual branch — four Llama-style RMSNorms a block,
+    as Gemma 2's four (transformers 5.25 ``modeling_glm.py`` / ``modeling_glm4.py``). Keys left out take
+    ``GlmConfig`` / ``Glm4Config``'s defaults: q/k/v biases on and head_dim 128 (the attention reads
+    ``config.head_dim`` as is)."""
+    cfg = {"attention_bias": True, "head_dim": 128, **cfg}
+    if not cfg["head_dim"]:
+        raise ConfigRefused(f"{mt} config head_dim: null is not built by transformers' {mt.capitalize()}Attention; give the head width")
+    out = _llama_like({k: v for k, v in cfg.items() if k != "attention_bias"}, mt)
+    out["attention_bias"] = "qkv" if cfg["attention_bias"] else None
+    if mt == "glm4":
+        out["block_norms"] = 4
+    return out, COMMON_KEYS | {"attention_bias"}
+
+
 PYTHON_GELUS = ("gelu_new", "gelu_fast")
 
 
@@ -529,6 +547,8 @@ READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str
     "gemma2": _read_gemma2,
     "gemma3_text": _read_gemma3_text,
     "phi3": _read_phi3,
+    "glm": _read_glm,
+    "glm4": _read_glm,
     "mixtral": _read_mixtral,
     "qwen2_moe": _read_qwen2_moe,
     "qwen3_moe": _read_qwen3_moe,

@@ -23,7 +23,7 @@ transformers = pytest.importorskip("transformers")
 NORMS = {"llama": "LlamaRMSNorm", "mistral": "MistralRMSNorm", "qwen2": "Qwen2RMSNorm", "qwen3": "Qwen3RMSNorm",
          "gemma": "GemmaRMSNorm", "gemma2": "Gemma2RMSNorm", "gemma3_text": "Gemma3RMSNorm", "phi3": "Phi3RMSNorm",
          "mixtral": "MixtralRMSNorm", "qwen3_moe": "Qwen3MoeRMSNorm", "olmoe": "OlmoeRMSNorm",
-         "deepseek_v3": "DeepseekV3RMSNorm", "gpt_oss": "GptOssRMSNorm", "glm4_moe": "Glm4MoeRMSNorm",
+         "deepseek_v3": "DeepseekV3RMSNorm", "gpt_oss": "GptOssRMSNorm", "glm4_moe": "Glm4MoeRMSNorm", "glm": "GlmRMSNorm", "glm4": "Glm4RMSNorm",
          "smollm3": "SmolLM3RMSNorm", "granite": "GraniteRMSNorm", "ministral3": "Ministral3RMSNorm",
          "olmo2": "Olmo2RMSNorm", "olmo3": "Olmo3RMSNorm", "exaone4": "Exaone4RMSNorm"}  # fmt: skip
 
@@ -205,7 +205,7 @@ FAMILIES = {
                     "num_nextn_predict_layers": 0},
     "smollm3": {}, "granite": {}, "exaone4": {"head_dim": 16, "sliding_window": 64}, "olmo2": {}, "olmo3": {},
     "seed_oss": {"head_dim": 16, "attention_dropout": 0.0, "residual_dropout": 0.0}, "ministral": {"head_dim": 16},
-    "ministral3": {"head_dim": 16},
+    "ministral3": {"head_dim": 16}, "glm": {"head_dim": 16}, "glm4": {"head_dim": 16},
 }  # fmt: skip
 
 
@@ -224,7 +224,7 @@ def _predicted(cfg: dict, micro_batch: int = 2) -> float:
 
 #: families whose query reaches SDPA heads-major (Phi-3's and GLM-4.5's concatenating rotary) or that attend eagerly
 #: here (Gemma 2, gpt-oss): their attention output is copied for the output projection on this CPU too (measured)
-_OUTPUT_COPIED_ON_CPU = frozenset({"phi3", "glm4_moe", "gemma2", "gpt_oss"})
+_OUTPUT_COPIED_ON_CPU = frozenset({"phi3", "glm4_moe", "glm", "glm4", "gemma2", "gpt_oss"})
 
 
 def _unexplained_per_token(cfg: dict) -> float:
