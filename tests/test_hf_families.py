@@ -63,6 +63,8 @@ VARIANTS = [
     {"model_type": "ministral3", **TINY, "sliding_window": 8, "tie_word_embeddings": True},
     {"model_type": "glm", **TINY, "head_dim": 32, "attention_bias": False, "tie_word_embeddings": True},
     {"model_type": "glm4", **TINY, "head_dim": 16, "partial_rotary_factor": 0.5},
+    {"model_type": "hunyuan_v1_dense", **TINY, "head_dim": 32, "attention_bias": True},
+    {"model_type": "ernie4_5", **TINY, "head_dim": 16, "tie_word_embeddings": False},
     {"model_type": "glm4_moe", **TINY, "head_dim": 32, "attention_bias": True, "use_qk_norm": True, "n_routed_experts": 8,
      "n_shared_experts": 2, "num_experts_per_tok": 2, "moe_intermediate_size": 16, "first_k_dense_replace": 2,
      "num_nextn_predict_layers": 1},
@@ -75,6 +77,8 @@ def _default(mt: str) -> dict:
     cfg = transformers.AutoConfig.for_model(mt).to_dict()
     if mt == "deepseek_v2":  # its default leaves top-k unset; DeepSeek-V2's published config routes to 6
         cfg["num_experts_per_tok"] = 6
+    if mt == "hunyuan_v1_dense":  # likewise (HunYuanDenseV1Attention takes None ** -0.5); Hunyuan-7B's config states 128
+        cfg["head_dim"] = 128
     if mt == "ministral":  # its default head_dim None does not build (MinistralAttention takes None ** -0.5);
         cfg["head_dim"] = cfg["hidden_size"] // cfg["num_attention_heads"]  # Ministral-8B's config states 128
     return cfg
@@ -128,6 +132,19 @@ def test_ministral_layers_keep_what_llama_keeps() -> None:
     assert arch_from_hf_config(next(c for c in VARIANTS if c["model_type"] == "ministral3")).sliding_layers == 4
     with pytest.raises(ConfigRefused, match="layer_types"):  # Ministral 3 has none: its window is on every layer
         arch_from_hf_config({"model_type": "ministral3", **TINY, "layer_types": ["full_attention"] * 4})
+
+
+def test_hunyuan_and_ernie_refuse_what_they_cannot_read() -> None:
+    """A Hunyuan config without head_dim does not build in transformers (its attention takes None ** -0.5) and an ERNIE 4.5
+    with ``use_bias`` puts biases on the gated MLP, which trainplan does not model: each is refused in one line; an
+    ERNIE 4.5 config without head_dim takes its config class's 128."""
+    with pytest.raises(ConfigRefused, match="head_dim"):
+        arch_from_hf_config({"model_type": "hunyuan_v1_dense", **TINY})
+    with pytest.raises(ConfigRefused, match="use_bias"):
+        arch_from_hf_config({"model_type": "ernie4_5", **TINY, "use_bias": True})
+    ernie = {"model_type": "ernie4_5", **TINY}
+    assert arch_from_hf_config(ernie).head_dim == 128
+    assert cross_check(arch_from_hf_config(ernie), ernie) == param_counts(arch_from_hf_config(ernie)).total
 
 
 def test_keys_left_out_take_the_config_classes_defaults() -> None:

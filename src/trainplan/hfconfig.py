@@ -39,7 +39,7 @@ INERT_KEYS: dict[str, str] = {
     **dict.fromkeys(("is_llama_config", "rope_interleaved"), "nanotron export bookkeeping, unread by transformers"),
     "transformers.js_config": "settings of transformers.js (in-browser inference)",
     **dict.fromkeys(("bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id",
-                     "image_token_index", "boi_token_index", "eoi_token_index"), "token ids"),
+                     "image_token_index", "boi_token_index", "eoi_token_index", "eod_token_id"), "token ids"),
     **dict.fromkeys(("initializer_range", "initializer_factor", "init_std", "initializer_cutoff_factor"), "initialisation"),
     **dict.fromkeys(("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps"), "a norm's epsilon"),
     **dict.fromkeys(("rope_theta", "rope_scaling", "rope_parameters", "rope_local_base_freq", "rope_interleave",
@@ -373,6 +373,31 @@ def _read_glm(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
     return out, COMMON_KEYS | {"attention_bias"}
 
 
+def _read_hunyuan_dense(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """Hunyuan dense (``HunYuanDenseV1ForCausalLM``, Hunyuan-0.5B … 7B): Llama's layers, ``attention_bias`` on q, k, v
+    and o, and a per-head RMSNorm on the rotated q and k (``query_layernorm`` / ``key_layernorm``, transformers 5.25
+    ``modeling_hunyuan_v1_dense.py``). ``HunYuanDenseV1Attention`` reads ``config.head_dim`` as is, so a config
+    without it (its config class defaults to None) does not build and is refused."""
+    if not cfg.get("head_dim"):
+        raise ConfigRefused(f"{mt} config lacks head_dim (transformers' HunYuanDenseV1Attention cannot build without it)")
+    out = _llama_like(cfg, mt)
+    out["qk_norm"] = "head"
+    return out, COMMON_KEYS | {"attention_bias", "mlp_bias"}
+
+
+def _read_ernie4_5(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """ERNIE 4.5 dense (``Ernie4_5ForCausalLM``, ERNIE-4.5-0.3B): Llama's layers, the head tied by default, its rotary
+    applied in fp32 to interleaved pairs (transient: it keeps only the tables), and ``use_bias`` putting a bias on
+    every projection of attention and the MLP — refused when on: trainplan models no gated MLP with biases
+    (transformers 5.25 ``modeling_ernie4_5.py``; keys left out take ``Ernie4_5Config``'s defaults: head_dim 128, no
+    bias)."""
+    _no(cfg, mt, "use_bias")
+    cfg = {"head_dim": 128, **cfg}
+    if not cfg["head_dim"]:
+        raise ConfigRefused(f"{mt} config head_dim: null is not built by transformers' Ernie4_5Attention; give the head width")
+    return _llama_like(cfg, mt, tied_default=True), COMMON_KEYS | {"use_bias"}
+
+
 PYTHON_GELUS = ("gelu_new", "gelu_fast")
 
 
@@ -549,6 +574,8 @@ READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str
     "phi3": _read_phi3,
     "glm": _read_glm,
     "glm4": _read_glm,
+    "hunyuan_v1_dense": _read_hunyuan_dense,
+    "ernie4_5": _read_ernie4_5,
     "mixtral": _read_mixtral,
     "qwen2_moe": _read_qwen2_moe,
     "qwen3_moe": _read_qwen3_moe,

@@ -24,6 +24,7 @@ NORMS = {"llama": "LlamaRMSNorm", "mistral": "MistralRMSNorm", "qwen2": "Qwen2RM
          "gemma": "GemmaRMSNorm", "gemma2": "Gemma2RMSNorm", "gemma3_text": "Gemma3RMSNorm", "phi3": "Phi3RMSNorm",
          "mixtral": "MixtralRMSNorm", "qwen3_moe": "Qwen3MoeRMSNorm", "olmoe": "OlmoeRMSNorm",
          "deepseek_v3": "DeepseekV3RMSNorm", "gpt_oss": "GptOssRMSNorm", "glm4_moe": "Glm4MoeRMSNorm", "glm": "GlmRMSNorm", "glm4": "Glm4RMSNorm",
+         "hunyuan_v1_dense": "HunYuanDenseV1RMSNorm", "ernie4_5": "Ernie4_5RMSNorm",
          "smollm3": "SmolLM3RMSNorm", "granite": "GraniteRMSNorm", "ministral3": "Ministral3RMSNorm",
          "olmo2": "Olmo2RMSNorm", "olmo3": "Olmo3RMSNorm", "exaone4": "Exaone4RMSNorm"}  # fmt: skip
 
@@ -60,6 +61,8 @@ def test_each_family_norm_keeps_what_the_estimate_counts(mt: str, trainable: boo
     cfg = transformers.AutoConfig.for_model(mt).to_dict()
     if mt == "deepseek_v3":
         cfg["num_experts_per_tok"] = 8
+    if mt == "hunyuan_v1_dense":  # its class default (None) does not build; Hunyuan-7B's config states 128
+        cfg["head_dim"] = 128
     arch = arch_from_hf_config(cfg)
     expected = norm_saved_bytes_per_token(hidden, arch.norm, Precision.BF16, weight_trainable=trainable,
                                           fp32_weight=arch.norm_fp32_weight)  # fmt: skip
@@ -206,6 +209,7 @@ FAMILIES = {
     "smollm3": {}, "granite": {}, "exaone4": {"head_dim": 16, "sliding_window": 64}, "olmo2": {}, "olmo3": {},
     "seed_oss": {"head_dim": 16, "attention_dropout": 0.0, "residual_dropout": 0.0}, "ministral": {"head_dim": 16},
     "ministral3": {"head_dim": 16}, "glm": {"head_dim": 16}, "glm4": {"head_dim": 16},
+    "hunyuan_v1_dense": {"head_dim": 16}, "ernie4_5": {"head_dim": 16},
 }  # fmt: skip
 
 
