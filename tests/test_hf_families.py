@@ -64,6 +64,12 @@ VARIANTS = [
     {"model_type": "glm", **TINY, "head_dim": 32, "attention_bias": False, "tie_word_embeddings": True},
     {"model_type": "glm4", **TINY, "head_dim": 16, "partial_rotary_factor": 0.5},
     {"model_type": "hunyuan_v1_dense", **TINY, "head_dim": 32, "attention_bias": True},
+    {"model_type": "granitemoe", **TINY, "num_local_experts": 4, "num_experts_per_tok": 2, "attention_bias": True},
+    {"model_type": "granitemoeshared", **TINY, "num_local_experts": 4, "num_experts_per_tok": 1,
+     "shared_intermediate_size": 40, "tie_word_embeddings": True},
+    {"model_type": "dots1", **TINY, "head_dim": 16, "n_routed_experts": 8, "n_shared_experts": 2, "num_experts_per_tok": 2,
+     "moe_intermediate_size": 16, "first_k_dense_replace": 1, "sliding_window": 8, "max_window_layers": 2,
+     "attention_bias": True},
     {"model_type": "ernie4_5", **TINY, "head_dim": 16, "tie_word_embeddings": False},
     {"model_type": "glm4_moe", **TINY, "head_dim": 32, "attention_bias": True, "use_qk_norm": True, "n_routed_experts": 8,
      "n_shared_experts": 2, "num_experts_per_tok": 2, "moe_intermediate_size": 16, "first_k_dense_replace": 2,
@@ -77,6 +83,8 @@ def _default(mt: str) -> dict:
     cfg = transformers.AutoConfig.for_model(mt).to_dict()
     if mt == "deepseek_v2":  # its default leaves top-k unset; DeepSeek-V2's published config routes to 6
         cfg["num_experts_per_tok"] = 6
+    if mt == "dots1":  # its class leaves the experts unset; dots.llm1's published config routes 6 of 128, 2 shared
+        cfg.update(n_routed_experts=128, n_shared_experts=2, num_experts_per_tok=6, first_k_dense_replace=1)
     if mt == "hunyuan_v1_dense":  # likewise (HunYuanDenseV1Attention takes None ** -0.5); Hunyuan-7B's config states 128
         cfg["head_dim"] = 128
     if mt == "ministral":  # its default head_dim None does not build (MinistralAttention takes None ** -0.5);

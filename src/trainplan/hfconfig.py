@@ -537,6 +537,49 @@ def _read_glm4_moe(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[st
                                "first_k_dense_replace", "num_nextn_predict_layers", "num_mtp_layers"}  # fmt: skip
 
 
+def _read_granitemoe(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """IBM Granite 3.x MoE (``GraniteMoeForCausalLM``) and PowerMoE (``GraniteMoeSharedForCausalLM``): Granite's
+    attention and multipliers (:func:`_read_granite`), every layer routing over ``num_local_experts`` gated experts of
+    ``intermediate_size`` (no dense MLP); ``granitemoeshared`` adds, when ``shared_intermediate_size`` is above 0, an
+    ungated shared gated-MLP of that width beside the experts (transformers 5.25 ``modeling_granitemoe.py`` /
+    ``modeling_granitemoeshared.py``)."""
+    out = _llama_like(cfg, mt)
+    f = out["ffn_hidden"]
+    shared = int(cfg.get("shared_intermediate_size") or 0) if mt == "granitemoeshared" else 0
+    out["moe"] = MoE(experts=_experts(cfg, mt), top_k=_need(cfg, "num_experts_per_tok", mt), expert_ffn_hidden=f,
+                     shared_ffn_hidden=shared)  # fmt: skip
+    keys = COMMON_KEYS | {"attention_bias", "mlp_bias", "residual_multiplier", "logits_scaling", "num_local_experts",
+                          "num_experts", "num_experts_per_tok"}  # fmt: skip
+    return out, keys | ({"shared_intermediate_size"} if mt == "granitemoeshared" else set())
+
+
+def _read_dots1(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """dots.llm1 (``Dots1ForCausalLM``): Qwen3's attention — per-head q/k RMSNorms, ``attention_bias`` on q, k, v and o —
+    with DeepSeek-V3's MoE: a dense MLP in the first ``first_k_dense_replace`` layers, then ``n_routed_experts``
+    routed and ``n_shared_experts`` shared experts of ``moe_intermediate_size``, a sigmoid router taking the layer
+    input in fp32 (its score-correction bias is a buffer); sliding attention on the layers from ``max_window_layers``
+    on when a ``sliding_window`` is set (``Dots1Config``'s defaults: 4096 from layer 62; transformers 5.25
+    ``modeling_dots1.py``; dots.llm1 report, arXiv 2506.05767)."""
+    out = _llama_like(cfg, mt)
+    out["qk_norm"] = "head"
+    experts = _first(cfg, "n_routed_experts", "num_local_experts")
+    if not experts:
+        raise ConfigRefused(f"{mt} config lacks n_routed_experts")
+    fe = _need(cfg, "moe_intermediate_size", mt)
+    k = int(cfg.get("first_k_dense_replace") or 0)
+    out["moe"] = MoE(experts=experts, top_k=_need(cfg, "num_experts_per_tok", mt), expert_ffn_hidden=fe,
+                     shared_ffn_hidden=_need(cfg, "n_shared_experts", mt) * fe, router_fp32=True,
+                     dense_layers=tuple(range(min(k, out["layers"]))))  # fmt: skip
+    first = cfg.get("max_window_layers", 62)
+    window_cfg = {"sliding_window": 4096, **cfg}
+    out.update(_sliding(window_cfg, mt, out["layers"], lambda n: [
+        "sliding_attention" if window_cfg["sliding_window"] is not None and i >= first else "full_attention"
+        for i in range(n)]))  # fmt: skip
+    return out, COMMON_KEYS | {"attention_bias", "mlp_bias", "n_routed_experts", "num_local_experts", "num_experts_per_tok",
+                               "moe_intermediate_size", "n_shared_experts", "first_k_dense_replace", "sliding_window",
+                               "layer_types"}  # fmt: skip
+
+
 def _read_gpt_oss(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
     """gpt-oss (``GptOssForCausalLM``): biases on q, k, v, o, the router and every expert projection; a learned
     sink logit per head; alternating 128-token sliding and full layers (OpenAI gpt-oss model card, 2025, Sec. 2)."""
@@ -584,6 +627,9 @@ READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str
     "deepseek_v3": _read_deepseek,
     "gpt_oss": _read_gpt_oss,
     "glm4_moe": _read_glm4_moe,
+    "granitemoe": _read_granitemoe,
+    "granitemoeshared": _read_granitemoe,
+    "dots1": _read_dots1,
 }
 
 # Families read by the generic pre-2024 reader below (GPT-2, OPT, BERT, T5): no strict key check.

@@ -25,6 +25,7 @@ NORMS = {"llama": "LlamaRMSNorm", "mistral": "MistralRMSNorm", "qwen2": "Qwen2RM
          "mixtral": "MixtralRMSNorm", "qwen3_moe": "Qwen3MoeRMSNorm", "olmoe": "OlmoeRMSNorm",
          "deepseek_v3": "DeepseekV3RMSNorm", "gpt_oss": "GptOssRMSNorm", "glm4_moe": "Glm4MoeRMSNorm", "glm": "GlmRMSNorm", "glm4": "Glm4RMSNorm",
          "hunyuan_v1_dense": "HunYuanDenseV1RMSNorm", "ernie4_5": "Ernie4_5RMSNorm",
+         "granitemoe": "GraniteMoeRMSNorm", "granitemoeshared": "GraniteMoeSharedRMSNorm", "dots1": "Dots1RMSNorm",
          "smollm3": "SmolLM3RMSNorm", "granite": "GraniteRMSNorm", "ministral3": "Ministral3RMSNorm",
          "olmo2": "Olmo2RMSNorm", "olmo3": "Olmo3RMSNorm", "exaone4": "Exaone4RMSNorm"}  # fmt: skip
 
@@ -63,6 +64,8 @@ def test_each_family_norm_keeps_what_the_estimate_counts(mt: str, trainable: boo
         cfg["num_experts_per_tok"] = 8
     if mt == "hunyuan_v1_dense":  # its class default (None) does not build; Hunyuan-7B's config states 128
         cfg["head_dim"] = 128
+    if mt == "dots1":  # its class leaves the experts unset
+        cfg.update(n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2)
     arch = arch_from_hf_config(cfg)
     expected = norm_saved_bytes_per_token(hidden, arch.norm, Precision.BF16, weight_trainable=trainable,
                                           fp32_weight=arch.norm_fp32_weight)  # fmt: skip
@@ -210,6 +213,10 @@ FAMILIES = {
     "seed_oss": {"head_dim": 16, "attention_dropout": 0.0, "residual_dropout": 0.0}, "ministral": {"head_dim": 16},
     "ministral3": {"head_dim": 16}, "glm": {"head_dim": 16}, "glm4": {"head_dim": 16},
     "hunyuan_v1_dense": {"head_dim": 16}, "ernie4_5": {"head_dim": 16},
+    "granitemoe": {"num_local_experts": 4, "num_experts_per_tok": 2},
+    "granitemoeshared": {"num_local_experts": 4, "num_experts_per_tok": 2, "shared_intermediate_size": 48},
+    "dots1": {"head_dim": 16, "n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2,
+              "moe_intermediate_size": 16, "first_k_dense_replace": 1},
 }  # fmt: skip
 
 
