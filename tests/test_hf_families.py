@@ -64,6 +64,8 @@ VARIANTS = [
     {"model_type": "glm", **TINY, "head_dim": 32, "attention_bias": False, "tie_word_embeddings": True},
     {"model_type": "glm4", **TINY, "head_dim": 16, "partial_rotary_factor": 0.5},
     {"model_type": "hunyuan_v1_dense", **TINY, "head_dim": 32, "attention_bias": True},
+    {"model_type": "starcoder2", **TINY, "tie_word_embeddings": False, "sliding_window": 8, "attention_dropout": 0.1,
+     "residual_dropout": 0.1, "embedding_dropout": 0.1},
     {"model_type": "granitemoe", **TINY, "num_local_experts": 4, "num_experts_per_tok": 2, "attention_bias": True},
     {"model_type": "granitemoeshared", **TINY, "num_local_experts": 4, "num_experts_per_tok": 1,
      "shared_intermediate_size": 40, "tie_word_embeddings": True},
@@ -153,6 +155,17 @@ def test_hunyuan_and_ernie_refuse_what_they_cannot_read() -> None:
     ernie = {"model_type": "ernie4_5", **TINY}
     assert arch_from_hf_config(ernie).head_dim == 128
     assert cross_check(arch_from_hf_config(ernie), ernie) == param_counts(arch_from_hf_config(ernie)).total
+
+
+def test_starcoder2_reads_one_dropout_and_its_biases() -> None:
+    """StarCoder2's three dropouts are one probability in trainplan: equal ones are read, differing ones refused; its
+    LayerNorm-GELU block is modelled with biases only (``use_bias: false`` refused)."""
+    sc = arch_from_hf_config(next(c for c in VARIANTS if c["model_type"] == "starcoder2"))
+    assert (sc.dropout, sc.norm, sc.mlp, sc.bias, sc.sliding_layers) == (0.1, "layernorm", "gelu", True, 4)
+    with pytest.raises(ConfigRefused, match="dropouts differ"):
+        arch_from_hf_config({"model_type": "starcoder2", **TINY, "residual_dropout": 0.1})
+    with pytest.raises(ConfigRefused, match="use_bias"):
+        arch_from_hf_config({"model_type": "starcoder2", **TINY, "use_bias": False})
 
 
 def test_keys_left_out_take_the_config_classes_defaults() -> None:

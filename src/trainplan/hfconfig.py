@@ -41,7 +41,7 @@ INERT_KEYS: dict[str, str] = {
     **dict.fromkeys(("bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id",
                      "image_token_index", "boi_token_index", "eoi_token_index", "eod_token_id"), "token ids"),
     **dict.fromkeys(("initializer_range", "initializer_factor", "init_std", "initializer_cutoff_factor"), "initialisation"),
-    **dict.fromkeys(("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps"), "a norm's epsilon"),
+    **dict.fromkeys(("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps", "norm_epsilon"), "a norm's epsilon"),
     **dict.fromkeys(("rope_theta", "rope_scaling", "rope_parameters", "rope_local_base_freq", "rope_interleave",
                      "partial_rotary_factor", "original_max_position_embeddings", "rope_type"),
                     "rotary frequencies (no parameters; rotary cost is per q/k element whatever the base)"),  # fmt: skip
@@ -398,6 +398,27 @@ def _read_ernie4_5(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[st
     return _llama_like(cfg, mt, tied_default=True), COMMON_KEYS | {"use_bias"}
 
 
+def _read_starcoder2(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """StarCoder2 (``Starcoder2ForCausalLM``): grouped-query attention with rotary embeddings, LayerNorms with biases,
+    a GELU MLP of two matrices (``c_fc``, ``c_proj``), ``use_bias`` on every projection, the head tied by default, a
+    sliding window on every layer when set, and dropout on the attention probabilities (``attention_dropout``), after
+    each sublayer (``residual_dropout``) and after the embedding (``embedding_dropout``), read as one probability: the
+    three must agree (transformers 5.25 ``modeling_starcoder2.py``; StarCoder2 report, arXiv 2402.19173)."""
+    cfg = {"use_bias": True, "hidden_act": "gelu_pytorch_tanh", **cfg}
+    out = _common(cfg, mt)
+    out.update(ffn_hidden=_need(cfg, "intermediate_size", mt), tied_embeddings=_tied(cfg, True), mlp="gelu",
+               norm="layernorm", bias=bool(cfg["use_bias"]), gelu_python=cfg["hidden_act"] in PYTHON_GELUS)  # fmt: skip
+    if not cfg["use_bias"]:
+        raise ConfigRefused(f"{mt} config use_bias: false is not modelled (trainplan's LayerNorm-GELU block carries biases)")
+    drops = {k: float(cfg.get(k) or 0.0) for k in ("attention_dropout", "residual_dropout", "embedding_dropout")}
+    if len(set(drops.values())) > 1:
+        raise ConfigRefused(f"{mt} config dropouts differ ({', '.join(f'{k} {v}' for k, v in drops.items())}); "
+                            "trainplan models one dropout probability for all three")  # fmt: skip
+    out["dropout"] = drops["residual_dropout"]
+    out.update(_sliding(cfg, mt, out["layers"], None))
+    return out, COMMON_KEYS | {"use_bias", "residual_dropout", "embedding_dropout", "sliding_window"}
+
+
 PYTHON_GELUS = ("gelu_new", "gelu_fast")
 
 
@@ -619,6 +640,7 @@ READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str
     "glm4": _read_glm,
     "hunyuan_v1_dense": _read_hunyuan_dense,
     "ernie4_5": _read_ernie4_5,
+    "starcoder2": _read_starcoder2,
     "mixtral": _read_mixtral,
     "qwen2_moe": _read_qwen2_moe,
     "qwen3_moe": _read_qwen3_moe,

@@ -215,6 +215,7 @@ FAMILIES = {
     "hunyuan_v1_dense": {"head_dim": 16}, "ernie4_5": {"head_dim": 16},
     "granitemoe": {"num_local_experts": 4, "num_experts_per_tok": 2},
     "granitemoeshared": {"num_local_experts": 4, "num_experts_per_tok": 2, "shared_intermediate_size": 48},
+    "starcoder2": {"attention_dropout": 0.0, "residual_dropout": 0.0, "embedding_dropout": 0.0},
     "dots1": {"head_dim": 16, "n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2,
               "moe_intermediate_size": 16, "first_k_dense_replace": 1},
 }  # fmt: skip
