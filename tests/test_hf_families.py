@@ -69,6 +69,8 @@ VARIANTS = [
     {"model_type": "granitemoe", **TINY, "num_local_experts": 4, "num_experts_per_tok": 2, "attention_bias": True},
     {"model_type": "granitemoeshared", **TINY, "num_local_experts": 4, "num_experts_per_tok": 1,
      "shared_intermediate_size": 40, "tie_word_embeddings": True},
+    {"model_type": "minimax_m2", **TINY, "head_dim": 32, "num_local_experts": 4, "num_experts_per_tok": 2, "rotary_dim": 16,
+     "attn_type_list": [1] * 4, "use_qk_norm": True, "qk_norm_type": "per_layer", "use_mtp": False, "num_mtp_modules": 3},
     {"model_type": "dots1", **TINY, "head_dim": 16, "n_routed_experts": 8, "n_shared_experts": 2, "num_experts_per_tok": 2,
      "moe_intermediate_size": 16, "first_k_dense_replace": 1, "sliding_window": 8, "max_window_layers": 2,
      "attention_bias": True},
@@ -166,6 +168,20 @@ def test_starcoder2_reads_one_dropout_and_its_biases() -> None:
         arch_from_hf_config({"model_type": "starcoder2", **TINY, "residual_dropout": 0.1})
     with pytest.raises(ConfigRefused, match="use_bias"):
         arch_from_hf_config({"model_type": "starcoder2", **TINY, "use_bias": False})
+
+
+def test_minimax_m2_reads_its_own_keys_or_refuses_them() -> None:
+    """MiniMax-M2's released config keys are read where they describe what transformers builds, and refused where
+    they would describe something else: linear-attention layers, per-head q/k norms, a shared expert, or the
+    multi-token-prediction modules (``use_mtp``), which transformers does not build."""
+    base = next(c for c in VARIANTS if c["model_type"] == "minimax_m2")
+    arch = arch_from_hf_config(base)
+    assert arch.qk_norm == "full" and arch.moe is not None and arch.moe.dense_layers == () and arch.head_dim == 32
+    for change, match in (({"use_mtp": True}, "use_mtp"), ({"attn_type_list": [1, 0, 1, 1]}, "attn_type_list"),
+                          ({"qk_norm_type": "per_head"}, "qk_norm_type"), ({"shared_intermediate_size": 64},
+                          "shared_intermediate_size"), ({"use_qk_norm": False}, "use_qk_norm")):  # fmt: skip
+        with pytest.raises(ConfigRefused, match=match):
+            arch_from_hf_config({**base, **change})
 
 
 def test_keys_left_out_take_the_config_classes_defaults() -> None:

@@ -43,7 +43,7 @@ INERT_KEYS: dict[str, str] = {
     **dict.fromkeys(("initializer_range", "initializer_factor", "init_std", "initializer_cutoff_factor"), "initialisation"),
     **dict.fromkeys(("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps", "norm_epsilon"), "a norm's epsilon"),
     **dict.fromkeys(("rope_theta", "rope_scaling", "rope_parameters", "rope_local_base_freq", "rope_interleave",
-                     "partial_rotary_factor", "original_max_position_embeddings", "rope_type"),
+                     "partial_rotary_factor", "original_max_position_embeddings", "rope_type", "rotary_dim"),
                     "rotary frequencies (no parameters; rotary cost is per q/k element whatever the base)"),  # fmt: skip
     **dict.fromkeys(("hidden_act", "hidden_activation", "activation_function"),
                     "the MLP's activation (a gated MLP has three matrices whatever its non-linearity)"),
@@ -601,6 +601,37 @@ def _read_dots1(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]
                                "layer_types"}  # fmt: skip
 
 
+def _read_minimax_m2(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """MiniMax-M2 / M2.5 (``MiniMaxM2ForCausalLM``): grouped-query attention without biases, q and k each normalised by
+    one RMSNorm over their full width before the heads are split (``qk_norm_type: per_layer``), rotary on part of
+    each head (``rotary_dim``: no parameters), and on every layer ``num_local_experts`` routed experts of
+    ``intermediate_size`` behind a sigmoid router whose score-correction bias is a buffer; no shared expert, no dense
+    MLP (transformers 5.25 ``modeling_minimax_m2.py``). The released configs' own keys are read where they describe
+    that model (every ``attn_type_list`` entry 1 = softmax attention, ``use_qk_norm`` with ``per_layer``,
+    ``shared_intermediate_size`` 0) and refused otherwise; their multi-token-prediction modules (``use_mtp``), which
+    transformers does not build and whose layout trainplan does not model, are refused — ``use_mtp: false`` plans the
+    model transformers trains."""
+    cfg = {"head_dim": 128, **cfg}
+    out = _common(cfg, mt)
+    out.pop("head_dim", None)
+    if cfg["head_dim"] * out["heads"] != out["hidden"]:
+        out["head_dim"] = cfg["head_dim"]
+    f = _need(cfg, "intermediate_size", mt)
+    out.update(ffn_hidden=f, tied_embeddings=_tied(cfg, False), qk_norm="full")
+    out["moe"] = MoE(experts=_experts(cfg, mt), top_k=_need(cfg, "num_experts_per_tok", mt), expert_ffn_hidden=f)
+    if any(t != 1 for t in cfg.get("attn_type_list") or ()):
+        raise ConfigRefused(f"{mt} config attn_type_list: only 1 (softmax attention) is modelled; 0 is linear (lightning) attention")
+    _no(cfg, mt, "use_qk_norm", (None, True))
+    _no(cfg, mt, "qk_norm_type", (None, "per_layer"))
+    _no(cfg, mt, "shared_intermediate_size")
+    if cfg.get("use_mtp"):
+        raise ConfigRefused(f"{mt} config use_mtp: true — its multi-token-prediction modules are not built by transformers "
+                            "and not modelled; set use_mtp: false to plan the model transformers trains")  # fmt: skip
+    return out, COMMON_KEYS | {"num_local_experts", "num_experts", "num_experts_per_tok", "attn_type_list", "use_qk_norm",
+                               "qk_norm_type", "shared_intermediate_size", "use_mtp", "num_mtp_modules",
+                               "mtp_transformer_layers", "use_routing_bias"}  # fmt: skip
+
+
 def _read_gpt_oss(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
     """gpt-oss (``GptOssForCausalLM``): biases on q, k, v, o, the router and every expert projection; a learned
     sink logit per head; alternating 128-token sliding and full layers (OpenAI gpt-oss model card, 2025, Sec. 2)."""
@@ -652,6 +683,7 @@ READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str
     "granitemoe": _read_granitemoe,
     "granitemoeshared": _read_granitemoe,
     "dots1": _read_dots1,
+    "minimax_m2": _read_minimax_m2,
 }
 
 # Families read by the generic pre-2024 reader below (GPT-2, OPT, BERT, T5): no strict key check.

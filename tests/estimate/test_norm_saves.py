@@ -26,6 +26,7 @@ NORMS = {"llama": "LlamaRMSNorm", "mistral": "MistralRMSNorm", "qwen2": "Qwen2RM
          "deepseek_v3": "DeepseekV3RMSNorm", "gpt_oss": "GptOssRMSNorm", "glm4_moe": "Glm4MoeRMSNorm", "glm": "GlmRMSNorm", "glm4": "Glm4RMSNorm",
          "hunyuan_v1_dense": "HunYuanDenseV1RMSNorm", "ernie4_5": "Ernie4_5RMSNorm",
          "granitemoe": "GraniteMoeRMSNorm", "granitemoeshared": "GraniteMoeSharedRMSNorm", "dots1": "Dots1RMSNorm",
+         "minimax_m2": "MiniMaxM2RMSNorm",
          "smollm3": "SmolLM3RMSNorm", "granite": "GraniteRMSNorm", "ministral3": "Ministral3RMSNorm",
          "olmo2": "Olmo2RMSNorm", "olmo3": "Olmo3RMSNorm", "exaone4": "Exaone4RMSNorm"}  # fmt: skip
 
@@ -215,6 +216,7 @@ FAMILIES = {
     "hunyuan_v1_dense": {"head_dim": 16}, "ernie4_5": {"head_dim": 16},
     "granitemoe": {"num_local_experts": 4, "num_experts_per_tok": 2},
     "granitemoeshared": {"num_local_experts": 4, "num_experts_per_tok": 2, "shared_intermediate_size": 48},
+    "minimax_m2": {"head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 2},
     "starcoder2": {"attention_dropout": 0.0, "residual_dropout": 0.0, "embedding_dropout": 0.0},
     "dots1": {"head_dim": 16, "n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2,
               "moe_intermediate_size": 16, "first_k_dense_replace": 1},
@@ -234,9 +236,9 @@ def _predicted(cfg: dict, micro_batch: int = 2) -> float:
     return block_activation_bytes(job, arch, k) + head_activation_bytes(job, arch, k)
 
 
-#: families whose query reaches SDPA heads-major (Phi-3's and GLM-4.5's concatenating rotary) or that attend eagerly
+#: families whose query reaches SDPA heads-major (the concatenating rotary of Phi-3, the GLMs and MiniMax-M2) or that attend eagerly
 #: here (Gemma 2, gpt-oss): their attention output is copied for the output projection on this CPU too (measured)
-_OUTPUT_COPIED_ON_CPU = frozenset({"phi3", "glm4_moe", "glm", "glm4", "gemma2", "gpt_oss"})
+_OUTPUT_COPIED_ON_CPU = frozenset({"phi3", "glm4_moe", "glm", "glm4", "minimax_m2", "gemma2", "gpt_oss"})
 
 
 def _unexplained_per_token(cfg: dict) -> float:
