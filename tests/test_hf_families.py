@@ -71,6 +71,10 @@ VARIANTS = [
      "shared_intermediate_size": 40, "tie_word_embeddings": True},
     {"model_type": "minimax_m2", **TINY, "head_dim": 32, "num_local_experts": 4, "num_experts_per_tok": 2, "rotary_dim": 16,
      "attn_type_list": [1] * 4, "use_qk_norm": True, "qk_norm_type": "per_layer", "use_mtp": False, "num_mtp_modules": 3},
+    {"model_type": "ernie4_5_moe", **TINY, "moe_num_experts": 4, "moe_k": 2, "moe_intermediate_size": 24,
+     "moe_num_shared_experts": 0, "moe_layer_start_index": 0, "moe_layer_end_index": 2, "moe_layer_interval": 2},
+    {"model_type": "ernie4_5_moe", **TINY, "head_dim": 32, "moe_num_experts": 6, "moe_k": 3, "moe_intermediate_size": 16,
+     "moe_num_shared_experts": 2, "tie_word_embeddings": False, "num_nextn_predict_layers": 0},
     {"model_type": "dots1", **TINY, "head_dim": 16, "n_routed_experts": 8, "n_shared_experts": 2, "num_experts_per_tok": 2,
      "moe_intermediate_size": 16, "first_k_dense_replace": 1, "sliding_window": 8, "max_window_layers": 2,
      "attention_bias": True},
@@ -180,6 +184,19 @@ def test_minimax_m2_reads_its_own_keys_or_refuses_them() -> None:
     for change, match in (({"use_mtp": True}, "use_mtp"), ({"attn_type_list": [1, 0, 1, 1]}, "attn_type_list"),
                           ({"qk_norm_type": "per_head"}, "qk_norm_type"), ({"shared_intermediate_size": 64},
                           "shared_intermediate_size"), ({"use_qk_norm": False}, "use_qk_norm")):  # fmt: skip
+        with pytest.raises(ConfigRefused, match=match):
+            arch_from_hf_config({**base, **change})
+
+
+def test_ernie4_5_moe_places_its_experts_and_refuses_what_transformers_does_not_build() -> None:
+    """ERNIE 4.5 MoE routes on every ``moe_layer_interval``-th layer between its start and end indices (-1: the last);
+    its MTP layer and a null head_dim, which transformers does not build, are refused."""
+    grid, every = (arch_from_hf_config(c) for c in VARIANTS if c["model_type"] == "ernie4_5_moe")
+    assert grid.moe is not None and grid.moe.dense_layers == (0, 2, 3)  # layers 1 only: odd index, within 0..2
+    assert every.moe is not None and every.moe.dense_layers == (0,) and every.moe.shared_ffn_hidden == 32
+    base = {"model_type": "ernie4_5_moe", **TINY, "moe_num_experts": 4, "moe_k": 2, "moe_intermediate_size": 24}
+    for change, match in (({"num_nextn_predict_layers": 1}, "num_nextn_predict_layers"), ({"head_dim": None}, "head_dim"),
+                          ({"moe_intermediate_size": [24, 12]}, "moe_intermediate_size"), ({"use_bias": True}, "use_bias")):  # fmt: skip
         with pytest.raises(ConfigRefused, match=match):
             arch_from_hf_config({**base, **change})
 

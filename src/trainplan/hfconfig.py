@@ -632,6 +632,44 @@ def _read_minimax_m2(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[
                                "mtp_transformer_layers", "use_routing_bias"}  # fmt: skip
 
 
+def _read_ernie4_5_moe(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """ERNIE 4.5 MoE (``Ernie4_5_MoeForCausalLM``, ERNIE-4.5-21B-A3B / 300B-A47B): ERNIE 4.5's attention (no bias; the
+    head tied by default) with routed experts of ``moe_intermediate_size`` on every ``moe_layer_interval``-th layer
+    from ``moe_layer_start_index`` to ``moe_layer_end_index`` (-1: the last), a dense MLP of ``intermediate_size``
+    elsewhere, ``moe_num_shared_experts`` ungated shared experts beside them, a softmax router taking the layer input
+    in fp32 and, beside it, one fp32 score-correction value per expert held as a parameter (which the gradient
+    never reaches; counted with the router) (transformers 5.25 ``modeling_ernie4_5_moe.py``). Its multi-token-
+    prediction layer (``num_nextn_predict_layers``), which transformers does not build, and ``use_bias`` are refused."""
+    _no(cfg, mt, "use_bias")
+    if "head_dim" in cfg and not cfg["head_dim"]:
+        raise ConfigRefused(f"{mt} config head_dim: null is not built by transformers' Ernie4_5_MoeAttention; leave it out "
+                            "(hidden ÷ heads) or give the head width")  # fmt: skip
+    if cfg.get("num_nextn_predict_layers") or cfg.get("num_mtp_layers"):
+        raise ConfigRefused(f"{mt} config num_nextn_predict_layers: its multi-token-prediction layer is not built by "
+                            "transformers and not modelled; set it to 0 to plan the model transformers trains")  # fmt: skip
+    d = {"moe_k": 6, "moe_num_experts": 64, "moe_num_shared_experts": 2, "moe_layer_start_index": 1,
+         "moe_layer_end_index": -1, "moe_layer_interval": 1, "moe_intermediate_size": 1536}  # Ernie4_5_MoeConfig's
+    cfg = {**d, **{k: v for k, v in cfg.items() if v is not None or k not in d}}
+    for key in ("moe_num_experts", "moe_intermediate_size", "moe_k", "moe_layer_start_index", "moe_layer_end_index",
+                "moe_layer_interval", "moe_num_shared_experts"):  # fmt: skip
+        if not isinstance(cfg[key], int):
+            raise ConfigRefused(f"{mt} config {key}: one integer is modelled (got {cfg[key]!r})")
+    out = _llama_like(cfg, mt, tied_default=True)
+    n = out["layers"]
+    end = n - 1 if cfg["moe_layer_end_index"] == -1 else cfg["moe_layer_end_index"]
+    start, step = cfg["moe_layer_start_index"], cfg["moe_layer_interval"]
+    if step < 1:
+        raise ConfigRefused(f"{mt} config moe_layer_interval: a positive integer is modelled (got {step})")
+    dense = tuple(i for i in range(n) if not ((i + 1) % step == 0 and start <= i <= end))
+    fe = cfg["moe_intermediate_size"]
+    out["moe"] = MoE(experts=cfg["moe_num_experts"], top_k=cfg["moe_k"], expert_ffn_hidden=fe,
+                     shared_ffn_hidden=cfg["moe_num_shared_experts"] * fe, router_fp32=True, router_bias=True,
+                     dense_layers=dense)  # fmt: skip
+    return out, COMMON_KEYS | {"use_bias", "moe_k", "moe_num_experts", "moe_num_shared_experts", "moe_layer_start_index",
+                               "moe_layer_end_index", "moe_layer_interval", "moe_intermediate_size", "moe_norm_min",
+                               "num_nextn_predict_layers", "num_mtp_layers"}  # fmt: skip
+
+
 def _read_gpt_oss(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
     """gpt-oss (``GptOssForCausalLM``): biases on q, k, v, o, the router and every expert projection; a learned
     sink logit per head; alternating 128-token sliding and full layers (OpenAI gpt-oss model card, 2025, Sec. 2)."""
@@ -684,6 +722,7 @@ READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str
     "granitemoeshared": _read_granitemoe,
     "dots1": _read_dots1,
     "minimax_m2": _read_minimax_m2,
+    "ernie4_5_moe": _read_ernie4_5_moe,
 }
 
 # Families read by the generic pre-2024 reader below (GPT-2, OPT, BERT, T5): no strict key check.
