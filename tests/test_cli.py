@@ -310,7 +310,7 @@ def test_plan_reads_in_80_columns(capsys) -> None:
 
 
 def test_plan_marks_stay_whole_in_80_columns(capsys) -> None:
-    """In 80 columns with long option names the marks go on their own line under the option, word for word; an
+    """In 80 columns with long option names the marks go on their own lines under the option, word for word; an
     option on AMD GPUs is marked ROCm (trainplan renders the run, a ROCm build of PyTorch must run it)."""
     code, out, err = run(capsys, "plan", REF, "--top", "15")
     assert code == 0, err
@@ -322,7 +322,11 @@ def test_plan_marks_stay_whole_in_80_columns(capsys) -> None:
         if not line.strip()[:1].isdigit():
             continue
         option = full[int(line.split()[0]) - 1]
-        below = lines[k + 1] if k + 1 < len(lines) and not lines[k + 1].strip()[:1].isdigit() else ""
+        below = ""  # the marks' lines under the option (wrapped to the option name's width)
+        for nxt in lines[k + 1:]:
+            if nxt.strip()[:1].isdigit():
+                break
+            below += " " + nxt
         marks = (line.split(f"${option['cost_usd']:,.2f}")[-1] + " " + below).split()
         amd = get_catalog().accelerators[option["accelerator"]].vendor == "amd"
         assert ("ROCm" in marks) == amd, line

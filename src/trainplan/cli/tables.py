@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 from typing import Sequence
 
 from rich.console import Console, Group
@@ -118,9 +120,13 @@ def plan_table(plan: Plan, *, top: int, title: str, wide: bool = True, all_strat
         used = sum(max(len(c), *(len(r[c]) for r in rows)) + 1 for c in narrow) if rows else 0
         room = width - used - 1
         marks_beside = room >= min(15, max((len(r[""]) for r in rows), default=0))
-        if not marks_beside:  # the marks go under the option name, indented
+        if not marks_beside:  # the marks go under the option name, indented, wrapped to the name's width so that
+            # they do not widen the column (the option column does not wrap: its name stays whole)
+            name_width = max(len(r["option"]) for r in rows)
             for r in rows:
-                r["option"] += f"\n  {r['']}" if r[""] else ""
+                if r[""]:
+                    lines = textwrap.wrap(r[""], width=max(name_width - 2, 12), break_long_words=False)
+                    r["option"] += "".join(f"\n  {line}" for line in lines)
     for col, just in columns:
         if not wide and col not in narrow and not (col == "" and marks_beside):
             continue

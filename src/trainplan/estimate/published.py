@@ -187,6 +187,12 @@ def record_to_job(rec: dict[str, Any]) -> TransformerJob | None:
     return job
 
 
+#: GPU names a frozen record keeps as its source printed them, and the catalog row that part has (the records' own
+#: notes identify it: "GPU printed as '1xA6000' (NVIDIA RTX A6000, 48 GB)", "RTX 6000 Ada 48GB (as stated 'RTX
+#: A6000ada 48GB'; 47.48 GiB total capacity)"); read only once the row exists (2026-12-07)
+PRINTED_GPU_NAMES = {"A6000": "RTXA6000", "RTX6000-Ada-48GB": "RTX6000Ada"}
+
+
 def _estimated(rec: dict[str, Any], cat: Catalog) -> Estimate | str:
     """The estimate of the run a record describes, or why there is none: its own ``not_modelled``, a job trainplan
     refuses, a GPU without a catalog row, or the estimate's one-line refusal."""
@@ -196,7 +202,8 @@ def _estimated(rec: dict[str, Any], cat: Catalog) -> Estimate | str:
     if job is None:
         return "trainplan refuses its configuration"
     hw_rec = rec.get("hardware", {})
-    acc = cat.accelerators.get(hw_rec.get("accelerator", ""))
+    printed = hw_rec.get("accelerator", "")
+    acc = cat.accelerators.get(PRINTED_GPU_NAMES.get(printed, printed))
     if acc is None:
         return f"no catalog row for {hw_rec.get('accelerator')!r}"
     try:
