@@ -258,3 +258,59 @@ def test_a_glm45_shaped_moe_renders_its_mtp_layer(tmp_path: Path) -> None:
     assert "--add-qkv-bias" in render(plan).commands[0].argv
     if megatron_core_available():
         assert transformer_config_kwargs(arguments(plan, check(plan)))["mtp_num_layers"] == 1
+
+
+LLAMA31_LIKE = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 4,
+                "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 1000, "rms_norm_eps": 1e-05,
+                "rope_theta": 500000.0, "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192, "rope_type": "llama3"}}  # fmt: skip
+
+
+def _from_config(tmp_path: Path, config: dict):
+    import json
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    return resolve(tmp_path, {**PRETRAIN_70B, "model": str(path)}, gpu="H100-80GB", gpus=8, strategy="ddp")
+
+
+def test_a_config_json_s_rotary_and_norm_settings_are_rendered(tmp_path: Path) -> None:
+    """A model planned from its config.json trains in Megatron with that config's rotary base, Llama 3.x scaling,
+    rotated fraction and norm epsilon, not Megatron's defaults (10000, none, all, 1e-5); what the config leaves out is
+    said; rotary kinds Megatron's GPT does not build are refused in one line."""
+    rendered = render(_from_config(tmp_path, LLAMA31_LIKE))
+    a = args_of(rendered.commands[0].argv)
+    assert (a["--rotary-base"], a["--rope-scaling-factor"], a["--norm-epsilon"]) == ("500000", "8", "1e-05")
+    assert "--use-rope-scaling" in a and "--rotary-percent" not in a
+    assert any("rendered from the model's config.json" in n and "leaves out" not in n for n in rendered.notes)
+    # GLM-4.5's half-rotated heads; a Qwen2 config without rope_theta: the base is left to Megatron and said so
+    glm = {"model_type": "glm4_moe", "hidden_size": 256, "intermediate_size": 1024, "moe_intermediate_size": 128,
+           "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 1000,
+           "n_routed_experts": 8, "num_experts_per_tok": 2, "num_nextn_predict_layers": 0,
+           "rope_parameters": {"rope_theta": 1000000.0, "partial_rotary_factor": 0.5, "rope_type": "default"}}  # fmt: skip
+    (tmp_path / "glm4_moe").mkdir()
+    g = args_of(render(_from_config(tmp_path / "glm4_moe", glm)).commands[0].argv)
+    assert (g["--rotary-base"], g["--rotary-percent"]) == ("1000000", "0.5") and "--norm-epsilon" not in g
+    (tmp_path / "qwen").mkdir()
+    qwen = {k: v for k, v in LLAMA31_LIKE.items() if k not in ("rope_theta", "rope_scaling")} | {"model_type": "qwen2"}
+    note = next(n for n in render(_from_config(tmp_path / "qwen", qwen)).notes if "config.json" in n)
+    assert "leaves out the rotary base" in note
+    for name, config, message in (
+        ("yarn", {**LLAMA31_LIKE, "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}},
+         "rotary scaling (yarn)"),
+        ("llama3-other", {**LLAMA31_LIKE, "rope_scaling": {**LLAMA31_LIKE["rope_scaling"], "high_freq_factor": 2.0}},
+         "Llama 3 rotary scaling sets"),
+        ("glm", {**{k: v for k, v in LLAMA31_LIKE.items() if k != "rope_scaling"}, "model_type": "glm", "head_dim": 32, "pad_token_id": 0},
+         "interleaved pairs"),
+    ):  # fmt: skip
+        (tmp_path / name).mkdir()
+        with pytest.raises(SpecError) as err:
+            render(_from_config(tmp_path / name, config))
+        assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_megatron_core_reads_a_config_json_render(tmp_path: Path) -> None:
+    need_megatron_core()
+    plan = _from_config(tmp_path, LLAMA31_LIKE)
+    config = check_with_megatron_core(arguments(plan, check(plan)))
+    assert config.num_query_groups == 2 and config.layernorm_epsilon == 1e-05

@@ -96,12 +96,68 @@ def check(plan: LaunchPlan) -> ModelArch:
         raise unsupported(plan, "the model normalises q and k over the full width (OLMoE); Megatron's --qk-layernorm "
                                 "normalises each head")  # fmt: skip
     if arch.block_norms != 2:
-        raise unsupported(plan, "the model has four norms a block (Gemma 2/3), which Megatron's GPT layer does not build")
+        raise unsupported(plan, "the model has four norms a block (Gemma 2/3, GLM-4-0414), which Megatron's GPT layer does not build")
     if arch.moe is not None and (arch.moe.shared_gate or arch.moe.router_bias or arch.moe.expert_bias):
         raise unsupported(plan, "the model's experts have a shared-expert gate or biases, not rendered for Megatron-LM")
     if arch.attention_bias == "qkvo":
         raise unsupported(plan, "the model has an output-projection bias without the MLP's, not rendered for Megatron-LM")
     return arch
+
+
+#: families whose rotary embedding turns interleaved pairs of channels (transformers' ``rotate_half`` on ``x[..., 0::2]``
+#: and ``x[..., 1::2]``) where Megatron's default turns the two halves of each head
+_INTERLEAVED_ROTARY = ("glm", "glm4", "ernie4_5", "ernie4_5_moe")
+#: Megatron-Core's Llama 3.x frequency scaling takes only the factor (``--rope-scaling-factor``); the rest is fixed in
+#: ``RotaryEmbedding._apply_scaling`` (megatron/core/models/common/embeddings/rotary_pos_embedding.py, 0.16)
+_MEGATRON_LLAMA3 = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+
+
+def config_arguments(plan: LaunchPlan, arch: ModelArch) -> tuple[list[str], list[str]]:
+    """What a model read from a ``config.json`` says beyond its shape, as ``pretrain_gpt.py`` arguments — the rotary
+    base (``--rotary-base``), the rotated fraction of each head (``--rotary-percent``), Llama 3.x frequency scaling
+    (``--use-rope-scaling --rope-scaling-factor``) and the norms' epsilon (``--norm-epsilon``) — and what it leaves
+    unsaid (a config without the key: its class default, which trainplan does not read). Rotary kinds Megatron's GPT
+    does not build (interleaved pairs, YaRN, linear, dynamic, LongRoPE) are refused: rendering Megatron's default
+    rotary would train another model than the one planned."""
+    import json
+
+    cfg = json.loads(arch.hf_source or "{}")
+    rope = cfg.get("rope_parameters") or {}
+    scaling = cfg.get("rope_scaling") or {}
+    if arch.hf_model_type in _INTERLEAVED_ROTARY:
+        raise unsupported(plan, f"the model ({arch.hf_model_type}) rotates interleaved pairs of channels, which this "
+                                "Megatron-LM rendering does not build (its rotary turns the two halves of each head)")  # fmt: skip
+    args: list[str] = []
+    unsaid: list[str] = []
+    theta = cfg.get("rope_theta", rope.get("rope_theta"))
+    if theta is not None and arch.position == "rope":
+        if float(theta) != int(theta):
+            raise unsupported(plan, f"the model's rotary base {theta} is not an integer, which --rotary-base takes")
+        args += ["--rotary-base", str(int(theta))]
+    elif arch.position == "rope":
+        unsaid.append("the rotary base")
+    fraction = cfg.get("partial_rotary_factor", rope.get("partial_rotary_factor"))
+    if fraction is None and cfg.get("rotary_dim"):
+        fraction = cfg["rotary_dim"] / (arch.head_dim or arch.hidden // arch.heads)  # MiniMax-M2's legacy key
+    if fraction is not None and float(fraction) != 1.0:
+        args += ["--rotary-percent", f"{float(fraction):g}"]
+    kind = str(scaling.get("rope_type") or scaling.get("type") or rope.get("rope_type") or "default")
+    params = {**rope, **scaling}
+    if kind == "llama3":
+        off = {k: params.get(k) for k, v in _MEGATRON_LLAMA3.items() if float(params.get(k, v)) != v}
+        if off:
+            raise unsupported(plan, f"the model's Llama 3 rotary scaling sets {off}, which Megatron-Core fixes at "
+                                    f"{_MEGATRON_LLAMA3}")  # fmt: skip
+        args += ["--use-rope-scaling", "--rope-scaling-factor", f"{float(params.get('factor', 8.0)):g}"]
+    elif kind != "default":
+        raise unsupported(plan, f"the model's rotary scaling ({kind}) is not one this Megatron-LM rendering builds "
+                                "(Llama 3.x's is)")  # fmt: skip
+    eps = next((cfg[k] for k in ("rms_norm_eps", "layer_norm_eps", "norm_epsilon", "layer_norm_epsilon") if k in cfg), None)
+    if eps is not None:
+        args += ["--norm-epsilon", f"{float(eps):g}"]
+    else:
+        unsaid.append("the norm epsilon")
+    return args, unsaid
 
 
 def _moe_layer_freq(arch: ModelArch) -> str:
@@ -148,6 +204,8 @@ def arguments(plan: LaunchPlan, arch: ModelArch) -> list[str]:
             args.append("--add-qkv-bias")
     # always the model's own: Megatron's defaults (0.1 each) would train another model than the one planned
     args += ["--attention-dropout", f"{arch.dropout:g}", "--hidden-dropout", f"{arch.dropout:g}"]
+    if arch.hf_source is not None:
+        args += config_arguments(plan, arch)[0]
     if layout.tp > 1 and layout.sequence_parallel:
         args.append("--sequence-parallel")
     if layout.pp > 1 and layout.vpp > 1:
@@ -239,6 +297,19 @@ def _check_layers(plan: LaunchPlan, arch: ModelArch) -> None:
                                 "choose a layout whose stages divide them")  # fmt: skip
 
 
+def _unsaid_note(plan: LaunchPlan, arch: ModelArch) -> str:
+    """What the render leaves at Megatron's defaults because trainplan's model does not record it."""
+    if arch.hf_source is None:
+        return ("not rendered, as a preset or inline model does not record them (they change no memory or time): the "
+                "rotary base (Megatron's default 10000; Llama 3 uses --rotary-base 500000) and its scaling, the norm "
+                "epsilon and initialisation — add the model's own, or plan from its config.json, whose values are rendered")  # fmt: skip
+    unsaid = config_arguments(plan, arch)[1]
+    return ("rendered from the model's config.json: its rotary base, rotated fraction and scaling and its norm epsilon "
+            "where it states them" + (f" (it leaves out {' and '.join(unsaid)}: Megatron's default is rendered; its "
+                                      "config class's default may differ)" if unsaid else "")
+            + "; initialisation is Megatron's")  # fmt: skip
+
+
 def render(plan: LaunchPlan) -> Rendered:
     arch = check(plan)
     _check_layers(plan, arch)
@@ -262,9 +333,7 @@ def render(plan: LaunchPlan) -> Rendered:
         "--data-path (an indexed .bin/.idx prefix from tools/preprocess_data.py) and your tokenizer",
         "Megatron pads the vocabulary to a multiple of --make-vocab-size-divisible-by (128) × tensor parallel: a few "
         "embedding rows more than the plan counts",
-        "not rendered, as trainplan's model does not record them (they change no memory or time): the rotary base "
-        "(Megatron's default 10000; Llama 3 uses --rotary-base 500000), norm epsilon and initialisation — add the "
-        "model's own",
+        _unsaid_note(plan, arch),
         f"optimizer: {'sgd' if plan.job.optimizer is Optimizer.SGD else 'adam (AdamW)'} at --lr "
         f"{plan.job.learning_rate:g} and Megatron's defaults for the schedule, weight decay and clipping",
     ]
