@@ -66,6 +66,9 @@ VARIANTS = [
     {"model_type": "hunyuan_v1_dense", **TINY, "head_dim": 32, "attention_bias": True},
     {"model_type": "starcoder2", **TINY, "tie_word_embeddings": False, "sliding_window": 8, "attention_dropout": 0.1,
      "residual_dropout": 0.1, "embedding_dropout": 0.1},
+    {"model_type": "gpt_neox", **TINY, "num_key_value_heads": 4, "use_parallel_residual": False, "rotary_pct": 0.5,
+     "rotary_emb_base": 10000, "tie_word_embeddings": True, "attention_dropout": 0.1, "hidden_dropout": 0.1},
+    {"model_type": "arcee", **TINY, "head_dim": 32, "attention_bias": True, "bos_token_id": None, "eos_token_id": None},
     {"model_type": "granitemoe", **TINY, "num_local_experts": 4, "num_experts_per_tok": 2, "attention_bias": True},
     {"model_type": "granitemoeshared", **TINY, "num_local_experts": 4, "num_experts_per_tok": 1,
      "shared_intermediate_size": 40, "tie_word_embeddings": True},
@@ -199,6 +202,25 @@ def test_ernie4_5_moe_places_its_experts_and_refuses_what_transformers_does_not_
                           ({"moe_intermediate_size": [24, 12]}, "moe_intermediate_size"), ({"use_bias": True}, "use_bias")):  # fmt: skip
         with pytest.raises(ConfigRefused, match=match):
             arch_from_hf_config({**base, **change})
+
+
+def test_pythia_reads_exactly_and_gpt_neox_refuses_what_it_cannot_model() -> None:
+    """Pythia-70M's released config (rotary_pct / rotary_emb_base, the keys transformers 4 wrote) reads the 70,426,624
+    parameters transformers builds; an attention without biases beside the MLP's, or differing dropouts, is refused."""
+    pythia = {"architectures": ["GPTNeoXForCausalLM"], "bos_token_id": 0, "eos_token_id": 0, "hidden_act": "gelu",
+              "hidden_size": 512, "initializer_range": 0.02, "intermediate_size": 2048, "layer_norm_eps": 1e-05,
+              "max_position_embeddings": 2048, "model_type": "gpt_neox", "num_attention_heads": 8, "num_hidden_layers": 6,
+              "rotary_emb_base": 10000, "rotary_pct": 0.25, "tie_word_embeddings": False, "torch_dtype": "float16",
+              "transformers_version": "4.24.0", "use_cache": True, "use_parallel_residual": True, "vocab_size": 50304}  # fmt: skip
+    arch = arch_from_hf_config(pythia)
+    assert param_counts(arch).total == transformers_param_count(pythia) == 70_426_624
+    assert (arch.norm, arch.mlp, arch.bias, arch.tied_embeddings) == ("layernorm", "gelu", True, False)
+    with pytest.raises(ConfigRefused, match="attention_bias"):
+        arch_from_hf_config({**pythia, "attention_bias": False})
+    with pytest.raises(ConfigRefused, match="hidden_dropout"):
+        arch_from_hf_config({**pythia, "hidden_dropout": 0.1})
+    with pytest.raises(ConfigRefused, match="mlp_bias"):
+        arch_from_hf_config({"model_type": "arcee", **TINY, "mlp_bias": True})
 
 
 def test_keys_left_out_take_the_config_classes_defaults() -> None:

@@ -419,6 +419,42 @@ def _read_starcoder2(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[
     return out, COMMON_KEYS | {"use_bias", "residual_dropout", "embedding_dropout", "sliding_window"}
 
 
+def _read_gpt_neox(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """GPT-NeoX / Pythia (``GPTNeoXForCausalLM``): multi-head attention with a fused q/k/v projection (the same weights
+    as three), rotary on ``partial_rotary_factor`` of each head (Pythia: 0.25), LayerNorms, a two-matrix GELU MLP,
+    biases on every projection, an untied head, and attention and MLP reading the block input side by side when
+    ``use_parallel_residual`` (the same weights and saves as in sequence: each sublayer keeps its own norm's output);
+    dropout on the attention probabilities (``attention_dropout``) and after the embedding and each sublayer
+    (``hidden_dropout``), read as one probability: the two must agree (transformers 5.25 ``modeling_gpt_neox.py``;
+    Black et al. 2022, arXiv 2204.06745; Biderman et al. 2023, arXiv 2304.01373)."""
+    cfg = {"attention_bias": True, "hidden_act": "gelu", **cfg}
+    if not cfg["attention_bias"]:
+        raise ConfigRefused(f"{mt} config attention_bias: false is not modelled (its MLP keeps biases; trainplan's "
+                            "LayerNorm-GELU block has them everywhere or nowhere)")  # fmt: skip
+    out = _common(cfg, mt)
+    out.pop("head_dim", None)
+    if cfg.get("num_key_value_heads") not in (None, out["heads"]):
+        raise ConfigRefused(f"{mt} config num_key_value_heads: GPT-NeoX attends with every head (multi-head)")
+    out.update(ffn_hidden=_need(cfg, "intermediate_size", mt), tied_embeddings=_tied(cfg, False), mlp="gelu",
+               norm="layernorm", bias=True, gelu_python=cfg["hidden_act"] in PYTHON_GELUS)  # fmt: skip
+    attention, hidden = float(cfg.get("attention_dropout") or 0.0), float(cfg.get("hidden_dropout") or 0.0)
+    if attention != hidden:
+        raise ConfigRefused(f"{mt} config hidden_dropout ({hidden}) differs from attention_dropout ({attention}); "
+                            "trainplan models one dropout probability for both")  # fmt: skip
+    out["dropout"] = hidden
+    return out, COMMON_KEYS | {"attention_bias", "hidden_dropout", "use_parallel_residual", "classifier_dropout",
+                               "is_decoder", "rotary_pct", "rotary_emb_base"}  # fmt: skip
+
+
+def _read_arcee(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """Arcee AFM (``ArceeForCausalLM``, AFM-4.5B): Llama's attention with a two-matrix MLP (``up_proj``, ``down_proj``,
+    no gate) under ``hidden_act`` — ReLU² by default (transformers 5.25 ``modeling_arcee.py``); ``mlp_bias`` refused.
+    ``head_dim`` is read as the config gives it (``ArceeConfig`` defaults it to 80 for its default shape)."""
+    out = _llama_like(cfg, mt)
+    out["mlp"] = "gelu"  # the two-matrix MLP of trainplan's model, whatever its element-wise activation
+    return out, COMMON_KEYS | {"attention_bias", "mlp_bias"}
+
+
 PYTHON_GELUS = ("gelu_new", "gelu_fast")
 
 
@@ -710,6 +746,8 @@ READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str
     "hunyuan_v1_dense": _read_hunyuan_dense,
     "ernie4_5": _read_ernie4_5,
     "starcoder2": _read_starcoder2,
+    "gpt_neox": _read_gpt_neox,
+    "arcee": _read_arcee,
     "mixtral": _read_mixtral,
     "qwen2_moe": _read_qwen2_moe,
     "qwen3_moe": _read_qwen3_moe,
