@@ -314,3 +314,28 @@ def test_megatron_core_reads_a_config_json_render(tmp_path: Path) -> None:
     plan = _from_config(tmp_path, LLAMA31_LIKE)
     config = check_with_megatron_core(arguments(plan, check(plan)))
     assert config.num_query_groups == 2 and config.layernorm_epsilon == 1e-05
+
+
+def test_a_two_matrix_mlp_renders_its_own_activation(tmp_path: Path) -> None:
+    """Megatron's default MLP activation is GELU: StarCoder2's tanh-approximated GELU renders --openai-gelu, Arcee's
+    ReLU² --squared-relu (each its config class's default when the key is left out), GPT-NeoX's GELU nothing; an
+    activation Megatron's GPT does not build (a plain ReLU) is refused."""
+    base = {"hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 8,
+            "vocab_size": 1000, "pad_token_id": 0, "bos_token_id": 0, "eos_token_id": 0}  # fmt: skip
+    cases = {"starcoder2": ({"num_key_value_heads": 2}, "--openai-gelu"), "arcee": ({"num_key_value_heads": 2}, "--squared-relu"),
+             "gpt_neox": ({"use_parallel_residual": False, "rotary_pct": 0.25, "rotary_emb_base": 10000}, None)}  # fmt: skip
+    for mt, (extra, switch) in cases.items():
+        (tmp_path / mt).mkdir()
+        a = args_of(render(_from_config(tmp_path / mt, {"model_type": mt, **base, **extra})).commands[0].argv)
+        assert "--swiglu" not in a and (switch is None or switch in a), (mt, a)
+        if switch is None:
+            assert "--openai-gelu" not in a and "--squared-relu" not in a
+    neox = args_of(render(_from_config(tmp_path / "gpt_neox", {"model_type": "gpt_neox", **base, **cases["gpt_neox"][0]}))
+                   .commands[0].argv)  # Pythia's older keys: a quarter of each head rotated, base 10000
+    assert (neox["--rotary-percent"], neox["--rotary-base"]) == ("0.25", "10000")
+    (tmp_path / "parallel").mkdir()
+    with pytest.raises(SpecError, match="use_parallel_residual"):  # Pythia's default: Megatron's layer is sequential
+        render(_from_config(tmp_path / "parallel", {"model_type": "gpt_neox", **base}))
+    (tmp_path / "relu").mkdir()
+    with pytest.raises(SpecError, match="activation relu is not one"):
+        render(_from_config(tmp_path / "relu", {"model_type": "starcoder2", **base, "num_key_value_heads": 2, "hidden_act": "relu"}))

@@ -112,10 +112,19 @@ _INTERLEAVED_ROTARY = ("glm", "glm4", "ernie4_5", "ernie4_5_moe")
 _MEGATRON_LLAMA3 = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
 
 
+#: a two-matrix MLP's activation as transformers names it, and the pretrain_gpt.py switch that builds it (Megatron-LM
+#: arguments.py: GELU by default — F.gelu —, ``--openai-gelu`` its tanh approximation, ``--squared-relu`` ReLU²)
+_TWO_MATRIX_ACTIVATIONS = {"gelu": [], "gelu_pytorch_tanh": ["--openai-gelu"], "relu2": ["--squared-relu"]}
+#: what a family's config class defaults ``hidden_act`` to, where a config.json may leave it out (transformers 5.25)
+_DEFAULT_ACTIVATION = {"starcoder2": "gelu_pytorch_tanh", "gpt_neox": "gelu", "arcee": "relu2", "gemma": "gelu_pytorch_tanh",
+                       "gemma2": "gelu_pytorch_tanh", "gemma3_text": "gelu_pytorch_tanh"}  # fmt: skip
+
+
 def config_arguments(plan: LaunchPlan, arch: ModelArch) -> tuple[list[str], list[str]]:
     """What a model read from a ``config.json`` says beyond its shape, as ``pretrain_gpt.py`` arguments — the rotary
     base (``--rotary-base``), the rotated fraction of each head (``--rotary-percent``), Llama 3.x frequency scaling
-    (``--use-rope-scaling --rope-scaling-factor``) and the norms' epsilon (``--norm-epsilon``) — and what it leaves
+    (``--use-rope-scaling --rope-scaling-factor``), a two-matrix MLP's activation (``--openai-gelu``,
+    ``--squared-relu``) and the norms' epsilon (``--norm-epsilon``) — and what it leaves
     unsaid (a config without the key: its class default, which trainplan does not read). Rotary kinds Megatron's GPT
     does not build (interleaved pairs, YaRN, linear, dynamic, LongRoPE) are refused: rendering Megatron's default
     rotary would train another model than the one planned."""
@@ -129,14 +138,19 @@ def config_arguments(plan: LaunchPlan, arch: ModelArch) -> tuple[list[str], list
                                 "Megatron-LM rendering does not build (its rotary turns the two halves of each head)")  # fmt: skip
     args: list[str] = []
     unsaid: list[str] = []
-    theta = cfg.get("rope_theta", rope.get("rope_theta"))
+    if arch.hf_model_type == "gpt_neox" and cfg.get("use_parallel_residual", True):
+        raise unsupported(plan, "the model (GPT-NeoX, Pythia) runs attention and the MLP side by side "
+                                "(use_parallel_residual), which Megatron's GPT layer does not build")  # fmt: skip
+    theta = cfg.get("rope_theta", rope.get("rope_theta", cfg.get("rotary_emb_base")))  # the last: GPT-NeoX's older key
     if theta is not None and arch.position == "rope":
         if float(theta) != int(theta):
             raise unsupported(plan, f"the model's rotary base {theta} is not an integer, which --rotary-base takes")
         args += ["--rotary-base", str(int(theta))]
     elif arch.position == "rope":
         unsaid.append("the rotary base")
-    fraction = cfg.get("partial_rotary_factor", rope.get("partial_rotary_factor"))
+    fraction = cfg.get("partial_rotary_factor", rope.get("partial_rotary_factor", cfg.get("rotary_pct")))
+    if fraction is None and arch.hf_model_type == "gpt_neox":
+        fraction = 0.25  # GPTNeoXConfig's default (transformers 5.25)
     if fraction is None and cfg.get("rotary_dim"):
         fraction = cfg["rotary_dim"] / (arch.head_dim or arch.hidden // arch.heads)  # MiniMax-M2's legacy key
     if fraction is not None and float(fraction) != 1.0:
@@ -152,6 +166,14 @@ def config_arguments(plan: LaunchPlan, arch: ModelArch) -> tuple[list[str], list
     elif kind != "default":
         raise unsupported(plan, f"the model's rotary scaling ({kind}) is not one this Megatron-LM rendering builds "
                                 "(Llama 3.x's is)")  # fmt: skip
+    act = cfg.get("hidden_act", cfg.get("activation_function", _DEFAULT_ACTIVATION.get(arch.hf_model_type or "", "silu")))
+    if arch.mlp == "swiglu" and act != "silu":
+        raise unsupported(plan, f"the model's gated MLP uses {act}; Megatron's --swiglu gates with SiLU")
+    if arch.mlp == "gelu":
+        if act not in _TWO_MATRIX_ACTIVATIONS:
+            raise unsupported(plan, f"the model's MLP activation {act} is not one Megatron's GPT builds "
+                                    f"({', '.join(sorted(_TWO_MATRIX_ACTIVATIONS))})")  # fmt: skip
+        args += _TWO_MATRIX_ACTIVATIONS[act]
     eps = next((cfg[k] for k in ("rms_norm_eps", "layer_norm_eps", "norm_epsilon", "layer_norm_epsilon") if k in cfg), None)
     if eps is not None:
         args += ["--norm-epsilon", f"{float(eps):g}"]
