@@ -85,6 +85,24 @@ def saved_bytes(module: torch.nn.Module, step: Callable[[], object]) -> int:
         return sum(saved.values())
 
 
+def loss_step_saved_bytes(cfg: dict, batch: int = 2, seq: int = 32) -> int:
+    """Bytes autograd saves in a training forward pass with its loss of the bf16 model transformers builds from the
+    config mapping ``cfg`` (CPU, a fixed seed, ``batch`` x ``seq`` tokens of ids below 101), with SDPA where the family
+    has it and transformers' eager attention where it has not (Gemma 2, gpt-oss) — as the estimate's
+    ``flash_attention: auto`` reads them. The tests compare two families of one shape by it."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.AutoConfig.for_model(**cfg)
+    try:
+        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+    except ValueError:  # "does not support an attention implementation through ... scaled_dot_product_attention"
+        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+    model = model.to(torch.bfloat16)
+    ids = torch.randint(1, 101, (batch, seq))
+    return saved_bytes(model, lambda: model(input_ids=ids, labels=ids).loss)
+
+
 def predicted(targets: list[str], *, fp32_adapters: bool = True, dropout: float = 0.0, stack: str = "plain",
               config: dict | None = None) -> float:  # fmt: skip
     """trainplan's bytes for one block of the job (a stack other than plain takes its own adapters: no dtype knob)."""

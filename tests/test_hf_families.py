@@ -511,15 +511,11 @@ def test_the_trace_refuses_fp32_experts_in_one_line() -> None:
 
 
 def _saved_by_loss_step(cfg: dict) -> int:
-    """Bytes autograd saves in a training forward pass with its loss of the bf16 model transformers builds from
-    ``cfg`` (SDPA attention, CPU, a fixed seed and batch): equal for two configs that keep the same tensors."""
-    import torch
+    """benchmarks/lora_saved_bytes.py ``loss_step_saved_bytes``: equal for two configs that keep the same tensors."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from lora_saved_bytes import loss_step_saved_bytes
 
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**cfg),
-                                                          attn_implementation="sdpa").to(torch.bfloat16)  # fmt: skip
-    ids = torch.randint(1, 101, (2, 32))
-    return _saved_bytes(model, lambda: model(input_ids=ids, labels=ids).loss)
+    return loss_step_saved_bytes(cfg)
 
 
 def test_granite_keeps_what_llama_keeps() -> None:

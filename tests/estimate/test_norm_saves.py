@@ -74,24 +74,14 @@ def test_each_family_norm_keeps_what_the_estimate_counts(mt: str, trainable: boo
 
 
 def _saved_by_loss_step(cfg: dict, batch: int = 2) -> int:
-    """Bytes autograd saves in a training forward pass with its loss (bf16, CPU, ``batch`` x 32 tokens), with SDPA
-    where the family has it and transformers' eager attention where it has not (Gemma 2, gpt-oss), as the estimate's
-    ``flash_attention: auto`` reads them."""
+    """benchmarks/lora_saved_bytes.py ``loss_step_saved_bytes``: what a bf16 training forward pass with its loss keeps."""
     import sys
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-    from lora_saved_bytes import saved_bytes
+    from lora_saved_bytes import loss_step_saved_bytes
 
-    torch.manual_seed(0)
-    config = transformers.AutoConfig.for_model(**cfg)
-    try:
-        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
-    except ValueError:  # "does not support an attention implementation through ... scaled_dot_product_attention"
-        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
-    model = model.to(torch.bfloat16)
-    ids = torch.randint(1, 101, (batch, 32))
-    return saved_bytes(model, lambda: model(input_ids=ids, labels=ids).loss)
+    return loss_step_saved_bytes(cfg, batch=batch)
 
 
 @pytest.mark.parametrize("head_dim", [16, 24])
