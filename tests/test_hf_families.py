@@ -199,7 +199,8 @@ def test_ernie4_5_moe_places_its_experts_and_refuses_what_transformers_does_not_
     assert every.moe is not None and every.moe.dense_layers == (0,) and every.moe.shared_ffn_hidden == 32
     base = {"model_type": "ernie4_5_moe", **TINY, "moe_num_experts": 4, "moe_k": 2, "moe_intermediate_size": 24}
     for change, match in (({"num_nextn_predict_layers": 1}, "num_nextn_predict_layers"), ({"head_dim": None}, "head_dim"),
-                          ({"moe_intermediate_size": [24, 12]}, "moe_intermediate_size"), ({"use_bias": True}, "use_bias")):  # fmt: skip
+                          ({"moe_intermediate_size": [24, 12]}, "moe_intermediate_size"), ({"use_bias": True}, "use_bias"),
+                          ({"moe_layer_end_index": None}, "moe_layer_end_index")):  # fmt: skip
         with pytest.raises(ConfigRefused, match=match):
             arch_from_hf_config({**base, **change})
 

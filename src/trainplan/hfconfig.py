@@ -685,10 +685,10 @@ def _read_ernie4_5_moe(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], se
                             "transformers and not modelled; set it to 0 to plan the model transformers trains")  # fmt: skip
     d = {"moe_k": 6, "moe_num_experts": 64, "moe_num_shared_experts": 2, "moe_layer_start_index": 1,
          "moe_layer_end_index": -1, "moe_layer_interval": 1, "moe_intermediate_size": 1536}  # Ernie4_5_MoeConfig's
-    cfg = {**d, **{k: v for k, v in cfg.items() if v is not None or k not in d}}
+    cfg = {**d, **cfg}
     for key in ("moe_num_experts", "moe_intermediate_size", "moe_k", "moe_layer_start_index", "moe_layer_end_index",
                 "moe_layer_interval", "moe_num_shared_experts"):  # fmt: skip
-        if not isinstance(cfg[key], int):
+        if not isinstance(cfg[key], int) or isinstance(cfg[key], bool):  # null: transformers' layer test cannot compare it
             raise ConfigRefused(f"{mt} config {key}: one integer is modelled (got {cfg[key]!r})")
     out = _llama_like(cfg, mt, tied_default=True)
     n = out["layers"]
