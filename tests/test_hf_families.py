@@ -175,6 +175,12 @@ def test_starcoder2_reads_one_dropout_and_its_biases() -> None:
         arch_from_hf_config({"model_type": "starcoder2", **TINY, "residual_dropout": 0.1})
     with pytest.raises(ConfigRefused, match="use_bias"):
         arch_from_hf_config({"model_type": "starcoder2", **TINY, "use_bias": False})
+    # the keys its released configs carry from the GPTBigCode conversion, which Starcoder2's modeling does not read
+    released = {"model_type": "starcoder2", **TINY, "norm_type": "layer_norm", "mlp_type": "default",
+                "attention_softmax_in_fp32": True, "scale_attention_softmax_in_fp32": True, "scale_attn_weights": True}  # fmt: skip
+    assert cross_check(arch_from_hf_config(released), released) == param_counts(arch_from_hf_config(released)).total
+    with pytest.raises(ConfigRefused, match="norm_type"):
+        arch_from_hf_config({**released, "norm_type": "rms_norm"})
 
 
 def test_minimax_m2_reads_its_own_keys_or_refuses_them() -> None:

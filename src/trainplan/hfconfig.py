@@ -416,7 +416,12 @@ def _read_starcoder2(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[
                             "trainplan models one dropout probability for all three")  # fmt: skip
     out["dropout"] = drops["residual_dropout"]
     out.update(_sliding(cfg, mt, out["layers"], None))
-    return out, COMMON_KEYS | {"use_bias", "residual_dropout", "embedding_dropout", "sliding_window"}
+    # keys the released configs carry over from their GPTBigCode conversion, which Starcoder2's modeling code does not
+    # read: read where they describe the model it builds (a LayerNorm block, the default MLP), refused otherwise
+    _no(cfg, mt, "norm_type", (None, "layer_norm"))
+    _no(cfg, mt, "mlp_type", (None, "default"))
+    unread = {"norm_type", "mlp_type", "attention_softmax_in_fp32", "scale_attention_softmax_in_fp32", "scale_attn_weights"}
+    return out, COMMON_KEYS | unread | {"use_bias", "residual_dropout", "embedding_dropout", "sliding_window"}
 
 
 def _read_gpt_neox(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
