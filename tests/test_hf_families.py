@@ -230,6 +230,21 @@ def test_pythia_reads_exactly_and_gpt_neox_refuses_what_it_cannot_model() -> Non
         arch_from_hf_config({"model_type": "arcee", **TINY, "mlp_bias": True})
 
 
+def test_dots1_counts_its_published_totals() -> None:
+    """dots.llm1's released shape (arXiv 2506.05767: 142B parameters, 14B active) reads 142.8B, exactly what
+    transformers builds, and 13.4B matmul weights a token; the DeepSeek-era ``moe_layer_freq`` key is read at 1 only."""
+    dots = {"model_type": "dots1", "attention_bias": False, "first_k_dense_replace": 1, "hidden_size": 4096,
+            "intermediate_size": 10944, "max_window_layers": 62, "moe_intermediate_size": 1408, "moe_layer_freq": 1,
+            "n_routed_experts": 128, "n_shared_experts": 2, "num_attention_heads": 32, "num_experts_per_tok": 6,
+            "num_hidden_layers": 62, "num_key_value_heads": 32, "rope_theta": 10000000, "sliding_window": None,
+            "tie_word_embeddings": False, "use_sliding_window": False, "vocab_size": 152064}  # fmt: skip
+    counts = param_counts(arch_from_hf_config(dots))
+    assert counts.total == transformers_param_count(dots) and round(counts.total / 1e9, 1) == 142.8
+    assert round(counts.matmul_per_token / 1e9, 1) == 13.4
+    with pytest.raises(ConfigRefused, match="moe_layer_freq"):
+        arch_from_hf_config({**dots, "moe_layer_freq": 2})
+
+
 def test_keys_left_out_take_the_config_classes_defaults() -> None:
     """A config.json without a key builds what transformers' config class defaults to, and trainplan reads the same:
     Seed-OSS's head_dim 128 and dropout 0.1, OLMo 3's 4096-token window; a Ministral without head_dim, which

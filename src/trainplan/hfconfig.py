@@ -624,6 +624,7 @@ def _read_dots1(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]
     ``modeling_dots1.py``; dots.llm1 report, arXiv 2506.05767)."""
     out = _llama_like(cfg, mt)
     out["qk_norm"] = "head"
+    _no(cfg, mt, "moe_layer_freq", (None, 1))  # the released config's DeepSeek-era key (every layer), unread by transformers
     experts = _first(cfg, "n_routed_experts", "num_local_experts")
     if not experts:
         raise ConfigRefused(f"{mt} config lacks n_routed_experts")
@@ -639,7 +640,7 @@ def _read_dots1(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]
         for i in range(n)]))  # fmt: skip
     return out, COMMON_KEYS | {"attention_bias", "mlp_bias", "n_routed_experts", "num_local_experts", "num_experts_per_tok",
                                "moe_intermediate_size", "n_shared_experts", "first_k_dense_replace", "sliding_window",
-                               "layer_types"}  # fmt: skip
+                               "layer_types", "moe_layer_freq"}  # fmt: skip
 
 
 def _read_minimax_m2(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
