@@ -30,9 +30,9 @@ def test_every_row_of_the_fixture_is_imported_or_skipped_with_its_reason(tmp_pat
     rows = _rows(tmp_path / "catalog" / "instances.csv")
     added = {(r["cloud"], r["instance"]) for r in rows}
     assert added == {("fluidstack", "cpu_4x_general"), ("fluidstack", "gpu_8x_h100_sxm5"), ("fluidstack", "gpu_1x_a100_sxm4"),
-                     ("gcp", "n2-standard-8")}  # fmt: skip
+                     ("fluidstack", "gpu_1x_a6000"), ("gcp", "n2-standard-8")}  # fmt: skip
     assert out["skipped"] == {
-        "GPU A6000 has no accelerators.csv row": 1,
+        "GPU GH200 has no accelerators.csv row": 1,
         "no on-demand price": 1,  # the fixture cloud's B200 row has none
         "no instance type (a GPU priced apart from its machine, GCP)": 2,  # a2-highgpu-1g and the bare A100 row
         "already in the built-in catalog": 2,  # aws p5.48xlarge and g5.xlarge
@@ -42,9 +42,10 @@ def test_every_row_of_the_fixture_is_imported_or_skipped_with_its_reason(tmp_pat
     assert (h100["price_usd_per_h"], h100["region"], h100["accelerator"], h100["accelerator_count"]) == ("23.92", "us-east-1", "H100-80GB", "8")
     assert "cheapest of 2 region(s)" in h100["source"] and h100["interconnect"] == "nvswitch"
     assert next(r for r in rows if r["instance"] == "gpu_1x_a100_sxm4")["accelerator"] == "A100-40GB"
+    assert next(r for r in rows if r["instance"] == "gpu_1x_a6000")["accelerator"] == "RTXA6000"  # SkyPilot's "A6000"
     assert out["clouds_added"] == ["fluidstack"]  # a cloud the built-in catalog lacks
     cat = get_catalog()  # the written files load with every check of a user's catalog
-    assert len(cat.instances) == len(builtin_catalog().instances) + 4 == out["instances_in_catalog"]
+    assert len(cat.instances) == len(builtin_catalog().instances) + 5 == out["instances_in_catalog"]
     assert cat.origin("instance", "fluidstack:gpu_8x_h100_sxm5").endswith("instances.csv")
     # an imported 8xH100 node at $23.92/h is planned beside the built-in ones, ranked by its price
     assert main(["plan", "--json"]) == 0
@@ -71,7 +72,7 @@ def test_the_users_rows_are_never_replaced(tmp_path: Path, capsys, monkeypatch) 
     rows = _rows(mine / "instances.csv")
     own = next(r for r in rows if r["instance"] == "gpu_8x_h100_sxm5")
     assert own["price_usd_per_h"] == "19.5" and own["my_note"] == "keep me"
-    assert len(rows) == 4  # the user's row + the three other importable instances
+    assert len(rows) == 5  # the user's row + the four other importable instances
     assert _rows(mine / "clouds.csv")[0]["source"] == "our contract"
 
 

@@ -40,6 +40,8 @@ SKYPILOT_NAMES = {
     "H100-SXM": "H100-80GB",
     "V100": "V100-16GB",
     "V100-32GB": "V100-32GB",
+    "A6000": "RTXA6000",  # Lambda's and Fluidstack's name for the RTX A6000 (RunPod's "RTXA6000" is the id itself)
+    "RTX6000-Ada": "RTX6000Ada",  # RunPod's
 }
 
 
