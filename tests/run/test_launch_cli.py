@@ -87,9 +87,11 @@ def test_existing_out_is_not_clobbered(tmp_path: Path, capsys: pytest.CaptureFix
     out = tmp_path / "out"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
-    code, _, err = cli(capsys, "launch", LLAMA, "--option", "1", "--to", "torchrun", "--out", str(out))
+    # the reference configuration (4 x A100-80GB, ZeRO-2): a data-parallel option torchrun runs
+    hw = ("--gpu", "A100-80GB", "--gpus", "4", "--strategy", "zero2")
+    code, _, err = cli(capsys, "launch", LLAMA, *hw, "--to", "torchrun", "--out", str(out))
     one_error(code, err, "--out:")
-    code, _, err = cli(capsys, "launch", LLAMA, "--option", "1", "--to", "torchrun", "--out", str(out), "--overwrite")
+    code, _, err = cli(capsys, "launch", LLAMA, *hw, "--to", "torchrun", "--out", str(out), "--overwrite")
     one_error(code, err, "--overwrite:")
     assert (out / "notes.txt").read_text() == "mine"
 
