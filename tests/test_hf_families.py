@@ -69,6 +69,8 @@ VARIANTS = [
     {"model_type": "gpt_neox", **TINY, "num_key_value_heads": 4, "use_parallel_residual": False, "rotary_pct": 0.5,
      "rotary_emb_base": 10000, "tie_word_embeddings": True, "attention_dropout": 0.1, "hidden_dropout": 0.1},
     {"model_type": "arcee", **TINY, "head_dim": 32, "attention_bias": True, "bos_token_id": None, "eos_token_id": None},
+    {"model_type": "nemotron", **TINY, "head_dim": 16, "attention_bias": True, "mlp_bias": True, "partial_rotary_factor": 0.5,
+     "tie_word_embeddings": True},
     {"model_type": "granitemoe", **TINY, "num_local_experts": 4, "num_experts_per_tok": 2, "attention_bias": True},
     {"model_type": "granitemoeshared", **TINY, "num_local_experts": 4, "num_experts_per_tok": 1,
      "shared_intermediate_size": 40, "tie_word_embeddings": True},
@@ -94,6 +96,8 @@ def _default(mt: str) -> dict:
     cfg = transformers.AutoConfig.for_model(mt).to_dict()
     if mt == "deepseek_v2":  # its default leaves top-k unset; DeepSeek-V2's published config routes to 6
         cfg["num_experts_per_tok"] = 6
+    if mt == "nemotron":  # its class leaves num_key_value_heads None, which does not build; Nemotron-4 15B has 8 (GQA)
+        cfg["num_key_value_heads"] = 8
     if mt == "dots1":  # its class leaves the experts unset; dots.llm1's published config routes 6 of 128, 2 shared
         cfg.update(n_routed_experts=128, n_shared_experts=2, num_experts_per_tok=6, first_k_dense_replace=1)
     if mt == "hunyuan_v1_dense":  # likewise (HunYuanDenseV1Attention takes None ** -0.5); Hunyuan-7B's config states 128
@@ -243,6 +247,21 @@ def test_dots1_counts_its_published_totals() -> None:
     assert round(counts.matmul_per_token / 1e9, 1) == 13.4
     with pytest.raises(ConfigRefused, match="moe_layer_freq"):
         arch_from_hf_config({**dots, "moe_layer_freq": 2})
+
+
+def test_nemotron_reads_biased_layernorms_beside_unbiased_projections() -> None:
+    """Nemotron's LayerNorms keep their biases when its projections have none (``norm_bias``: two parameters a
+    channel a norm); attention and MLP biases must agree, and a config without num_key_value_heads (which transformers
+    cannot build) is refused."""
+    plain = {"model_type": "nemotron", **TINY, "head_dim": 16}
+    arch = arch_from_hf_config(plain)
+    assert (arch.norm, arch.norm_bias, arch.bias, arch.mlp) == ("layernorm", True, False, "gelu")
+    assert cross_check(arch, plain) == param_counts(arch).total
+    assert param_counts(arch).total - param_counts(arch.model_copy(update={"norm_bias": None})).total == 64 * (2 * 4 + 1)
+    with pytest.raises(ConfigRefused, match="mlp_bias"):
+        arch_from_hf_config({**plain, "attention_bias": True})
+    with pytest.raises(ConfigRefused, match="num_key_value_heads"):
+        arch_from_hf_config({**plain, "num_key_value_heads": None})
 
 
 def test_keys_left_out_take_the_config_classes_defaults() -> None:

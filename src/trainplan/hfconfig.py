@@ -460,6 +460,27 @@ def _read_arcee(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]
     return out, COMMON_KEYS | {"attention_bias", "mlp_bias"}
 
 
+def _read_nemotron(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """Nemotron-4 and Minitron (``NemotronForCausalLM``): grouped-query attention with rotary on
+    ``partial_rotary_factor`` of each head (0.5 by default), LayerNorms with biases that scale by ``1 + weight``
+    (``NemotronLayerNorm1P``: a LayerNorm's parameters and saves), and a two-matrix MLP (``up_proj``, ``down_proj``)
+    under ReLU²; ``attention_bias`` puts biases on q, k, v and o, ``mlp_bias`` on the MLP — both together, or neither
+    (transformers 5.25 ``modeling_nemotron.py``; Nemotron-4 15B report, arXiv 2402.16819, Sec. 2)."""
+    attention, mlp = bool(cfg.get("attention_bias")), bool(cfg.get("mlp_bias"))
+    if attention != mlp:
+        raise ConfigRefused(f"{mt} config attention_bias ({attention}) and mlp_bias ({mlp}) differ; trainplan models "
+                            "biases on every projection or on none")  # fmt: skip
+    if cfg.get("num_key_value_heads") is None:  # NemotronConfig leaves it None, which NemotronAttention divides by
+        raise ConfigRefused(f"{mt} config lacks num_key_value_heads (transformers' NemotronAttention cannot build without it)")
+    cfg = {"head_dim": 128, **cfg}  # NemotronConfig's default (NemotronAttention reads config.head_dim as is)
+    if not cfg["head_dim"]:
+        raise ConfigRefused(f"{mt} config head_dim: null is not built by transformers' NemotronAttention; give the head width")
+    out = _common(cfg, mt)
+    out.update(ffn_hidden=_need(cfg, "intermediate_size", mt), tied_embeddings=_tied(cfg, False), mlp="gelu",
+               norm="layernorm", bias=attention, norm_bias=True)  # fmt: skip
+    return out, COMMON_KEYS | {"attention_bias", "mlp_bias"}
+
+
 PYTHON_GELUS = ("gelu_new", "gelu_fast")
 
 
@@ -754,6 +775,7 @@ READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str
     "starcoder2": _read_starcoder2,
     "gpt_neox": _read_gpt_neox,
     "arcee": _read_arcee,
+    "nemotron": _read_nemotron,
     "mixtral": _read_mixtral,
     "qwen2_moe": _read_qwen2_moe,
     "qwen3_moe": _read_qwen3_moe,

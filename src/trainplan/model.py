@@ -134,6 +134,9 @@ class ModelArch(BaseModel):
     # OLMo 2/3, EXAONE 4: the block's two norms follow attention and the MLP instead of preceding them; the same bytes
     # are kept (measured, tests/estimate/test_norm_saves.py), so only a rendering for another framework reads it
     post_norms: bool = False
+    # a LayerNorm's bias where it differs from the linear layers' (Nemotron: biased LayerNorms, unbiased projections);
+    # None: the norm follows ``bias``
+    norm_bias: bool | None = None
     sliding_window: PositiveInt | None = None
     sliding_layers: Annotated[int, Field(ge=0)] = 0  # how many layers attend within sliding_window
     nope_layers: Annotated[int, Field(ge=0)] = 0  # SmolLM3: layers that apply no rotary embedding (NoPE)
@@ -184,7 +187,7 @@ class ModelArch(BaseModel):
         """No feature beyond the Llama / GPT-2 / BERT / T5 shapes that :func:`hf_config` can write back."""
         return (self.moe is None and self.mla is None and self.attention_bias is None and self.qk_norm is None
                 and not self.attention_sinks and self.block_norms == 2 and not self.sliding_layers and not self.norm_fp32_weight
-                and not self.post_norms
+                and not self.post_norms and self.norm_bias is None
                 and self.final_logit_softcap is None and self.attention_softcap is None and not self.mtp_layers
                 and not self.nope_layers)  # fmt: skip
 

@@ -210,6 +210,7 @@ FAMILIES = {
     "ernie4_5_moe": {"head_dim": 16, "moe_num_experts": 4, "moe_k": 2, "moe_intermediate_size": 32},
     "arcee": {"num_key_value_heads": 4, "bos_token_id": None, "eos_token_id": None},
     "gpt_neox": {"num_key_value_heads": 4},
+    "nemotron": {"head_dim": 16, "bos_token_id": None, "eos_token_id": None},
     "starcoder2": {"attention_dropout": 0.0, "residual_dropout": 0.0, "embedding_dropout": 0.0},
     "dots1": {"head_dim": 16, "n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2,
               "moe_intermediate_size": 16, "first_k_dense_replace": 1},
@@ -229,9 +230,9 @@ def _predicted(cfg: dict, micro_batch: int = 2) -> float:
     return block_activation_bytes(job, arch, k) + head_activation_bytes(job, arch, k)
 
 
-#: families whose query reaches SDPA heads-major (the concatenating rotary of Phi-3, the GLMs and MiniMax-M2) or that attend eagerly
+#: families whose query reaches SDPA heads-major (the concatenating rotary of Phi-3, the GLMs, MiniMax-M2 and Nemotron) or that attend eagerly
 #: here (Gemma 2, gpt-oss): their attention output is copied for the output projection on this CPU too (measured)
-_OUTPUT_COPIED_ON_CPU = frozenset({"phi3", "glm4_moe", "glm", "glm4", "minimax_m2", "gemma2", "gpt_oss"})
+_OUTPUT_COPIED_ON_CPU = frozenset({"phi3", "glm4_moe", "glm", "glm4", "minimax_m2", "nemotron", "gemma2", "gpt_oss"})
 
 
 def _unexplained_per_token(cfg: dict) -> float:

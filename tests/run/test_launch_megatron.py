@@ -336,6 +336,12 @@ def test_a_two_matrix_mlp_renders_its_own_activation(tmp_path: Path) -> None:
     (tmp_path / "parallel").mkdir()
     with pytest.raises(SpecError, match="use_parallel_residual"):  # Pythia's default: Megatron's layer is sequential
         render(_from_config(tmp_path / "parallel", {"model_type": "gpt_neox", **base}))
+    # Nemotron: ReLU², half-rotated heads and LayerNorms that scale by 1 + weight, each its config class's default
+    (tmp_path / "nemotron").mkdir()
+    nemo = args_of(render(_from_config(tmp_path / "nemotron", {"model_type": "nemotron", **base, "num_key_value_heads": 2,
+                                                                "head_dim": 32})).commands[0].argv)  # fmt: skip
+    assert "--squared-relu" in nemo and "--apply-layernorm-1p" in nemo and nemo["--rotary-percent"] == "0.5"
+    assert "--disable-bias-linear" in nemo and "--normalization" not in nemo  # biased LayerNorms, unbiased projections
     (tmp_path / "relu").mkdir()
     with pytest.raises(SpecError, match="activation relu is not one"):
         render(_from_config(tmp_path / "relu", {"model_type": "starcoder2", **base, "num_key_value_heads": 2, "hidden_act": "relu"}))

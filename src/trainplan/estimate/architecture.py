@@ -119,8 +119,10 @@ def expert_tensor_shapes(a: ModelArch) -> dict[str, tuple[int, int, int]]:
 
 
 def _norm_params(a: ModelArch) -> int:
-    """A LayerNorm has a weight and (when the model uses biases) a bias; an RMSNorm a weight only (MPT: no bias)."""
-    return a.hidden * (2 if a.norm == "layernorm" and a.bias else 1)
+    """A LayerNorm has a weight and (when the model uses biases, or ``norm_bias`` says so) a bias; an RMSNorm a weight
+    only (MPT: no bias)."""
+    biased = a.bias if a.norm_bias is None else a.norm_bias
+    return a.hidden * (2 if a.norm == "layernorm" and biased else 1)
 
 
 def _attention_other(a: ModelArch, shapes: dict[str, tuple[int, int]]) -> int:

@@ -116,7 +116,8 @@ _MEGATRON_LLAMA3 = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_m
 #: arguments.py: GELU by default — F.gelu —, ``--openai-gelu`` its tanh approximation, ``--squared-relu`` ReLU²)
 _TWO_MATRIX_ACTIVATIONS = {"gelu": [], "gelu_pytorch_tanh": ["--openai-gelu"], "relu2": ["--squared-relu"]}
 #: what a family's config class defaults ``hidden_act`` to, where a config.json may leave it out (transformers 5.25)
-_DEFAULT_ACTIVATION = {"starcoder2": "gelu_pytorch_tanh", "gpt_neox": "gelu", "arcee": "relu2", "gemma": "gelu_pytorch_tanh",
+_DEFAULT_ACTIVATION = {"starcoder2": "gelu_pytorch_tanh", "gpt_neox": "gelu", "arcee": "relu2", "nemotron": "relu2",
+                       "gemma": "gelu_pytorch_tanh",
                        "gemma2": "gelu_pytorch_tanh", "gemma3_text": "gelu_pytorch_tanh"}  # fmt: skip
 
 
@@ -149,8 +150,8 @@ def config_arguments(plan: LaunchPlan, arch: ModelArch) -> tuple[list[str], list
     elif arch.position == "rope":
         unsaid.append("the rotary base")
     fraction = cfg.get("partial_rotary_factor", rope.get("partial_rotary_factor", cfg.get("rotary_pct")))
-    if fraction is None and arch.hf_model_type == "gpt_neox":
-        fraction = 0.25  # GPTNeoXConfig's default (transformers 5.25)
+    if fraction is None:  # the config classes' defaults (transformers 5.25): GPT-NeoX 0.25, Nemotron 0.5
+        fraction = {"gpt_neox": 0.25, "nemotron": 0.5}.get(arch.hf_model_type or "")
     if fraction is None and cfg.get("rotary_dim"):
         fraction = cfg["rotary_dim"] / (arch.head_dim or arch.hidden // arch.heads)  # MiniMax-M2's legacy key
     if fraction is not None and float(fraction) != 1.0:
@@ -174,7 +175,10 @@ def config_arguments(plan: LaunchPlan, arch: ModelArch) -> tuple[list[str], list
             raise unsupported(plan, f"the model's MLP activation {act} is not one Megatron's GPT builds "
                                     f"({', '.join(sorted(_TWO_MATRIX_ACTIVATIONS))})")  # fmt: skip
         args += _TWO_MATRIX_ACTIVATIONS[act]
-    eps = next((cfg[k] for k in ("rms_norm_eps", "layer_norm_eps", "norm_epsilon", "layer_norm_epsilon") if k in cfg), None)
+    if arch.hf_model_type == "nemotron":  # NemotronLayerNorm1P scales by 1 + weight: Megatron's zero-centred gamma
+        args.append("--apply-layernorm-1p")
+    eps = next((cfg[k] for k in ("rms_norm_eps", "layer_norm_eps", "norm_epsilon", "layer_norm_epsilon", "norm_eps")
+                if k in cfg), None)  # fmt: skip
     if eps is not None:
         args += ["--norm-epsilon", f"{float(eps):g}"]
     else:
