@@ -551,6 +551,20 @@ def test_the_trace_refuses_fp32_experts_in_one_line() -> None:
     assert "\n" not in str(info.value)
 
 
+def test_the_cli_prints_that_refusal_alone(tmp_path: Path) -> None:
+    """`estimate --trace` of the same model prints the one line and nothing else on stderr: torch's fake-tensor mode
+    logs the failing operator's traceback before raising it, which the trace keeps off the terminal."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(MOE_TRACE))
+    job = tmp_path / "job.yaml"
+    job.write_text(f"kind: transformer\nname: moe\nmodel: {config}\nseq_len: 16\nmicro_batch: 1\nsteps: 1\nprecision: fp32\n")
+    done = subprocess.run([sys.executable, "-m", "trainplan.cli.main", "estimate", str(job), "--gpu", "A100-80GB", "--trace"],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "grouped-GEMM experts need bf16 weights" in lines[0], done.stderr[:2000]
+
+
 def _saved_by_loss_step(cfg: dict) -> int:
     """benchmarks/lora_saved_bytes.py ``loss_step_saved_bytes``: equal for two configs that keep the same tensors."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))

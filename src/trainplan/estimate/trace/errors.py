@@ -8,6 +8,7 @@ fake-tensor failures a user can do something about, the cause.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -41,9 +42,17 @@ def enum_setting(cls: type[Any], value: Any, field: str) -> Any:
         raise TraceError(f"{field} must be one of {allowed}, got {value!r}") from None
 
 
+#: torch's fake-tensor mode logs the traceback of an operator that fails on fake tensors (``log.exception`` in
+#: ``FakeTensorMode._dispatch_impl``) before raising it; the raise is what :func:`stage` turns into one line, so the
+#: logged traceback is kept off the user's terminal while a stage runs
+_FAKE_TENSOR_LOG = logging.getLogger("torch._subclasses.fake_tensor")
+
+
 @contextlib.contextmanager
 def stage(message: str) -> Iterator[None]:
     """Turn exceptions of one stage of the trace into :class:`TraceError` (``message: cause``)."""
+    level = _FAKE_TENSOR_LOG.level
+    _FAKE_TENSOR_LOG.setLevel(logging.CRITICAL)
     try:
         yield
     except TraceError:
@@ -71,3 +80,5 @@ def stage(message: str) -> Iterator[None]:
         raise TraceError(f"{message}: {type(exc).__name__}: {one_line(exc)}") from exc
     except Exception as exc:
         raise TraceError(f"{message}: {type(exc).__name__}: {one_line(exc)}") from exc
+    finally:
+        _FAKE_TENSOR_LOG.setLevel(level)
