@@ -117,8 +117,7 @@ _MEGATRON_LLAMA3 = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_m
 _TWO_MATRIX_ACTIVATIONS = {"gelu": [], "gelu_pytorch_tanh": ["--openai-gelu"], "relu2": ["--squared-relu"]}
 #: what a family's config class defaults ``hidden_act`` to, where a config.json may leave it out (transformers 5.25)
 _DEFAULT_ACTIVATION = {"starcoder2": "gelu_pytorch_tanh", "gpt_neox": "gelu", "arcee": "relu2", "nemotron": "relu2",
-                       "gemma": "gelu_pytorch_tanh",
-                       "gemma2": "gelu_pytorch_tanh", "gemma3_text": "gelu_pytorch_tanh"}  # fmt: skip
+                       "gemma": "gelu_pytorch_tanh", "gemma2": "gelu_pytorch_tanh", "gemma3_text": "gelu_pytorch_tanh"}  # fmt: skip
 
 
 def config_arguments(plan: LaunchPlan, arch: ModelArch) -> tuple[list[str], list[str]]:
@@ -330,8 +329,8 @@ def _unsaid_note(plan: LaunchPlan, arch: ModelArch) -> str:
                 "rotary base (Megatron's default 10000; Llama 3 uses --rotary-base 500000) and its scaling, the norm "
                 "epsilon and initialisation — add the model's own, or plan from its config.json, whose values are rendered")  # fmt: skip
     unsaid = config_arguments(plan, arch)[1]
-    return ("rendered from the model's config.json: its rotary base, rotated fraction and scaling and its norm epsilon "
-            "where it states them" + (f" (it leaves out {' and '.join(unsaid)}: Megatron's default is rendered; its "
+    return ("rendered from the model's config.json: its rotary base, rotated fraction and scaling, its MLP activation "
+            "and its norm epsilon where it states them" + (f" (it leaves out {' and '.join(unsaid)}: Megatron's default is rendered; its "
                                       "config class's default may differ)" if unsaid else "")
             + "; initialisation is Megatron's")  # fmt: skip
 
