@@ -71,6 +71,8 @@ VARIANTS = [
     {"model_type": "arcee", **TINY, "head_dim": 32, "attention_bias": True, "bos_token_id": None, "eos_token_id": None},
     {"model_type": "nemotron", **TINY, "head_dim": 16, "attention_bias": True, "mlp_bias": True, "partial_rotary_factor": 0.5,
      "tie_word_embeddings": True},
+    {"model_type": "flex_olmo", **TINY, "num_experts": 4, "num_experts_per_tok": 2, "attention_bias": True,
+     "tie_word_embeddings": True},
     {"model_type": "granitemoe", **TINY, "num_local_experts": 4, "num_experts_per_tok": 2, "attention_bias": True},
     {"model_type": "granitemoeshared", **TINY, "num_local_experts": 4, "num_experts_per_tok": 1,
      "shared_intermediate_size": 40, "tie_word_embeddings": True},

@@ -733,6 +733,15 @@ def _read_ernie4_5_moe(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], se
                                "num_nextn_predict_layers", "num_mtp_layers"}  # fmt: skip
 
 
+def _read_flex_olmo(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """FlexOlmo (``FlexOlmoForCausalLM``): OLMo 2's block — full-width q/k RMSNorms, the two norms after attention
+    and the MLP, norms that multiply their weight in fp32 (:func:`_read_olmo2`) — with OLMoE's routed experts of
+    ``intermediate_size`` on every layer (transformers 5.25 ``modeling_flex_olmo.py``; FlexOlmo, arXiv 2507.07024)."""
+    out, keys = _read_olmo2(cfg, mt)
+    out["moe"] = MoE(experts=_experts(cfg, mt), top_k=_need(cfg, "num_experts_per_tok", mt), expert_ffn_hidden=out["ffn_hidden"])
+    return out, keys | {"num_experts", "num_local_experts", "num_experts_per_tok"}
+
+
 def _read_gpt_oss(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
     """gpt-oss (``GptOssForCausalLM``): biases on q, k, v, o, the router and every expert projection; a learned
     sink logit per head; alternating 128-token sliding and full layers (OpenAI gpt-oss model card, 2025, Sec. 2)."""
@@ -780,6 +789,7 @@ READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str
     "qwen2_moe": _read_qwen2_moe,
     "qwen3_moe": _read_qwen3_moe,
     "olmoe": _read_olmoe,
+    "flex_olmo": _read_flex_olmo,
     "deepseek_v2": _read_deepseek,
     "deepseek_v3": _read_deepseek,
     "gpt_oss": _read_gpt_oss,

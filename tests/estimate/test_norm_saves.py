@@ -27,6 +27,7 @@ NORMS = {"llama": "LlamaRMSNorm", "mistral": "MistralRMSNorm", "qwen2": "Qwen2RM
          "hunyuan_v1_dense": "HunYuanDenseV1RMSNorm", "ernie4_5": "Ernie4_5RMSNorm",
          "granitemoe": "GraniteMoeRMSNorm", "granitemoeshared": "GraniteMoeSharedRMSNorm", "dots1": "Dots1RMSNorm",
          "minimax_m2": "MiniMaxM2RMSNorm", "ernie4_5_moe": "Ernie4_5_MoeRMSNorm", "arcee": "ArceeRMSNorm",
+         "flex_olmo": "FlexOlmoRMSNorm",
          "smollm3": "SmolLM3RMSNorm", "granite": "GraniteRMSNorm", "ministral3": "Ministral3RMSNorm",
          "olmo2": "Olmo2RMSNorm", "olmo3": "Olmo3RMSNorm", "exaone4": "Exaone4RMSNorm"}  # fmt: skip
 
@@ -210,6 +211,7 @@ FAMILIES = {
     "ernie4_5_moe": {"head_dim": 16, "moe_num_experts": 4, "moe_k": 2, "moe_intermediate_size": 32},
     "arcee": {"num_key_value_heads": 4, "bos_token_id": None, "eos_token_id": None},
     "gpt_neox": {"num_key_value_heads": 4},
+    "flex_olmo": {"num_experts": 4, "num_experts_per_tok": 2},
     "nemotron": {"head_dim": 16, "bos_token_id": None, "eos_token_id": None},
     "starcoder2": {"attention_dropout": 0.0, "residual_dropout": 0.0, "embedding_dropout": 0.0},
     "dots1": {"head_dim": 16, "n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2,
