@@ -266,6 +266,25 @@ def test_nemotron_reads_biased_layernorms_beside_unbiased_projections() -> None:
         arch_from_hf_config({**plain, "num_key_value_heads": None})
 
 
+def test_a_null_or_differing_value_is_refused_by_name() -> None:
+    """Values transformers cannot build, or that trainplan reads as one, are refused naming the key: a null head_dim
+    (MiniMax-M2), a null max_window_layers beside a window (dots.llm1), Seed-OSS's two dropouts differing; and a
+    LayerNorm bias given to an RMSNorm model is refused, not ignored."""
+    from trainplan.model import ModelArch
+
+    cases = (
+        ({"model_type": "minimax_m2", **TINY, "num_local_experts": 4, "num_experts_per_tok": 2, "head_dim": None}, "head_dim"),
+        ({"model_type": "dots1", **TINY, "n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2,
+          "moe_intermediate_size": 16, "sliding_window": 8, "max_window_layers": None}, "max_window_layers"),
+        ({"model_type": "seed_oss", **TINY, "attention_dropout": 0.1, "residual_dropout": 0.0}, "dropouts differ"),
+    )  # fmt: skip
+    for cfg, match in cases:
+        with pytest.raises(ConfigRefused, match=match):
+            arch_from_hf_config(cfg)
+    with pytest.raises(ValidationError, match="norm_bias applies to a LayerNorm"):
+        ModelArch(layers=2, hidden=64, heads=4, ffn_hidden=96, vocab=101, norm_bias=True)
+
+
 def test_keys_left_out_take_the_config_classes_defaults() -> None:
     """A config.json without a key builds what transformers' config class defaults to, and trainplan reads the same:
     Seed-OSS's head_dim 128 and dropout 0.1, OLMo 3's 4096-token window; a Ministral without head_dim, which

@@ -140,6 +140,24 @@ def _tied(cfg: dict[str, Any], default: bool) -> bool:
     return bool(cfg.get("tie_word_embeddings", default))
 
 
+def _head_dim_or(cfg: dict[str, Any], mt: str, default: int | None, attention: str) -> dict[str, Any]:
+    """``cfg`` with ``head_dim`` at its config class's ``default`` when left out (None: hidden ÷ heads). A null or zero
+    head_dim is refused: ``attention`` reads ``config.head_dim`` as is and transformers cannot build it."""
+    if "head_dim" in cfg and not cfg["head_dim"]:
+        raise ConfigRefused(f"{mt} config head_dim: null is not built by transformers' {attention}; give the head width")
+    return cfg if default is None else {"head_dim": default, **cfg}
+
+
+def _one_dropout(cfg: dict[str, Any], mt: str, *keys: str) -> float:
+    """The one dropout probability trainplan models, read from the config's ``keys`` (0 when left out or null); a
+    config whose keys differ is refused."""
+    drops = {k: float(cfg.get(k) or 0.0) for k in keys}
+    if len(set(drops.values())) > 1:
+        listed = ", ".join(f"{k} {v:g}" for k, v in drops.items())
+        raise ConfigRefused(f"{mt} config dropouts differ ({listed}); trainplan models one dropout probability for all of them")
+    return drops[keys[0]]
+
+
 # ----------------------------------------------------------------------------- dense families
 
 
@@ -205,19 +223,13 @@ def _read_seed_oss(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[st
     transformers 5.25 ``modeling_seed_oss.py``), which trainplan models as one probability: the two must agree.  A key
     left out takes ``SeedOssConfig``'s default: head_dim 128 (``SeedOssAttention`` reads ``config.head_dim`` as is),
     dropout 0.1 in both places."""
-    if "head_dim" in cfg and not cfg["head_dim"]:
-        raise ConfigRefused(f"{mt} config head_dim: null is not built by transformers' SeedOssAttention; give the head width")
-    cfg = {"head_dim": 128, "attention_dropout": 0.1, "residual_dropout": 0.1, **cfg}
+    cfg = {"attention_dropout": 0.1, "residual_dropout": 0.1, **_head_dim_or(cfg, mt, 128, "SeedOssAttention")}
     out = _llama_like({k: v for k, v in cfg.items() if k != "attention_bias"}, mt)
     bias_qkv, bias_o = bool(cfg.get("attention_bias", True)), bool(cfg.get("attention_out_bias", False))
     if bias_o and not bias_qkv:
         raise ConfigRefused(f"{mt} config attention_out_bias: true without attention_bias is not modelled")
     out["attention_bias"] = ("qkvo" if bias_o else "qkv") if bias_qkv else None
-    attention, residual = float(cfg["attention_dropout"] or 0.0), float(cfg["residual_dropout"] or 0.0)
-    if attention != residual:
-        raise ConfigRefused(f"{mt} config residual_dropout ({residual}) differs from attention_dropout ({attention}); "
-                            "trainplan models one dropout probability for both")  # fmt: skip
-    out["dropout"] = residual
+    out["dropout"] = _one_dropout(cfg, mt, "attention_dropout", "residual_dropout")
     return out, COMMON_KEYS | {"attention_bias", "attention_out_bias", "mlp_bias", "residual_dropout"}
 
 
@@ -363,9 +375,7 @@ def _read_glm(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
     as Gemma 2's four (transformers 5.25 ``modeling_glm.py`` / ``modeling_glm4.py``). Keys left out take
     ``GlmConfig`` / ``Glm4Config``'s defaults: q/k/v biases on and head_dim 128 (the attention reads
     ``config.head_dim`` as is)."""
-    cfg = {"attention_bias": True, "head_dim": 128, **cfg}
-    if not cfg["head_dim"]:
-        raise ConfigRefused(f"{mt} config head_dim: null is not built by transformers' {mt.capitalize()}Attention; give the head width")
+    cfg = {"attention_bias": True, **_head_dim_or(cfg, mt, 128, f"{mt.capitalize()}Attention")}
     out = _llama_like({k: v for k, v in cfg.items() if k != "attention_bias"}, mt)
     out["attention_bias"] = "qkv" if cfg["attention_bias"] else None
     if mt == "glm4":
@@ -392,9 +402,7 @@ def _read_ernie4_5(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[st
     (transformers 5.25 ``modeling_ernie4_5.py``; keys left out take ``Ernie4_5Config``'s defaults: head_dim 128, no
     bias)."""
     _no(cfg, mt, "use_bias")
-    cfg = {"head_dim": 128, **cfg}
-    if not cfg["head_dim"]:
-        raise ConfigRefused(f"{mt} config head_dim: null is not built by transformers' Ernie4_5Attention; give the head width")
+    cfg = _head_dim_or(cfg, mt, 128, "Ernie4_5Attention")
     return _llama_like(cfg, mt, tied_default=True), COMMON_KEYS | {"use_bias"}
 
 
@@ -410,11 +418,7 @@ def _read_starcoder2(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[
                norm="layernorm", bias=bool(cfg["use_bias"]), gelu_python=cfg["hidden_act"] in PYTHON_GELUS)  # fmt: skip
     if not cfg["use_bias"]:
         raise ConfigRefused(f"{mt} config use_bias: false is not modelled (trainplan's LayerNorm-GELU block carries biases)")
-    drops = {k: float(cfg.get(k) or 0.0) for k in ("attention_dropout", "residual_dropout", "embedding_dropout")}
-    if len(set(drops.values())) > 1:
-        raise ConfigRefused(f"{mt} config dropouts differ ({', '.join(f'{k} {v}' for k, v in drops.items())}); "
-                            "trainplan models one dropout probability for all three")  # fmt: skip
-    out["dropout"] = drops["residual_dropout"]
+    out["dropout"] = _one_dropout(cfg, mt, "residual_dropout", "attention_dropout", "embedding_dropout")
     out.update(_sliding(cfg, mt, out["layers"], None))
     # keys the released configs carry over from their GPTBigCode conversion, which Starcoder2's modeling code does not
     # read: read where they describe the model it builds (a LayerNorm block, the default MLP), refused otherwise
@@ -442,11 +446,7 @@ def _read_gpt_neox(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[st
         raise ConfigRefused(f"{mt} config num_key_value_heads: GPT-NeoX attends with every head (multi-head)")
     out.update(ffn_hidden=_need(cfg, "intermediate_size", mt), tied_embeddings=_tied(cfg, False), mlp="gelu",
                norm="layernorm", bias=True, gelu_python=cfg["hidden_act"] in PYTHON_GELUS)  # fmt: skip
-    attention, hidden = float(cfg.get("attention_dropout") or 0.0), float(cfg.get("hidden_dropout") or 0.0)
-    if attention != hidden:
-        raise ConfigRefused(f"{mt} config hidden_dropout ({hidden}) differs from attention_dropout ({attention}); "
-                            "trainplan models one dropout probability for both")  # fmt: skip
-    out["dropout"] = hidden
+    out["dropout"] = _one_dropout(cfg, mt, "hidden_dropout", "attention_dropout")
     return out, COMMON_KEYS | {"attention_bias", "hidden_dropout", "use_parallel_residual", "classifier_dropout",
                                "is_decoder", "rotary_pct", "rotary_emb_base"}  # fmt: skip
 
@@ -472,9 +472,7 @@ def _read_nemotron(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[st
                             "biases on every projection or on none")  # fmt: skip
     if cfg.get("num_key_value_heads") is None:  # NemotronConfig leaves it None, which NemotronAttention divides by
         raise ConfigRefused(f"{mt} config lacks num_key_value_heads (transformers' NemotronAttention cannot build without it)")
-    cfg = {"head_dim": 128, **cfg}  # NemotronConfig's default (NemotronAttention reads config.head_dim as is)
-    if not cfg["head_dim"]:
-        raise ConfigRefused(f"{mt} config head_dim: null is not built by transformers' NemotronAttention; give the head width")
+    cfg = _head_dim_or(cfg, mt, 128, "NemotronAttention")  # NemotronConfig's default
     out = _common(cfg, mt)
     out.update(ffn_hidden=_need(cfg, "intermediate_size", mt), tied_embeddings=_tied(cfg, False), mlp="gelu",
                norm="layernorm", bias=attention, norm_bias=True)  # fmt: skip
@@ -656,6 +654,8 @@ def _read_dots1(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]
                      dense_layers=tuple(range(min(k, out["layers"]))))  # fmt: skip
     first = cfg.get("max_window_layers", 62)
     window_cfg = {"sliding_window": 4096, **cfg}
+    if window_cfg["sliding_window"] is not None and first is None and cfg.get("layer_types") is None:
+        raise ConfigRefused(f"{mt} config max_window_layers: null with a sliding_window; give the first windowed layer")
     out.update(_sliding(window_cfg, mt, out["layers"], lambda n: [
         "sliding_attention" if window_cfg["sliding_window"] is not None and i >= first else "full_attention"
         for i in range(n)]))  # fmt: skip
@@ -674,11 +674,8 @@ def _read_minimax_m2(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[
     ``shared_intermediate_size`` 0) and refused otherwise; their multi-token-prediction modules (``use_mtp``), which
     transformers does not build and whose layout trainplan does not model, are refused — ``use_mtp: false`` plans the
     model transformers trains."""
-    cfg = {"head_dim": 128, **cfg}
+    cfg = _head_dim_or(cfg, mt, 128, "MiniMaxM2Attention")  # MiniMaxM2Config's default
     out = _common(cfg, mt)
-    out.pop("head_dim", None)
-    if cfg["head_dim"] * out["heads"] != out["hidden"]:
-        out["head_dim"] = cfg["head_dim"]
     f = _need(cfg, "intermediate_size", mt)
     out.update(ffn_hidden=f, tied_embeddings=_tied(cfg, False), qk_norm="full")
     out["moe"] = MoE(experts=_experts(cfg, mt), top_k=_need(cfg, "num_experts_per_tok", mt), expert_ffn_hidden=f)
@@ -704,9 +701,7 @@ def _read_ernie4_5_moe(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], se
     never reaches; counted with the router) (transformers 5.25 ``modeling_ernie4_5_moe.py``). Its multi-token-
     prediction layer (``num_nextn_predict_layers``), which transformers does not build, and ``use_bias`` are refused."""
     _no(cfg, mt, "use_bias")
-    if "head_dim" in cfg and not cfg["head_dim"]:
-        raise ConfigRefused(f"{mt} config head_dim: null is not built by transformers' Ernie4_5_MoeAttention; leave it out "
-                            "(hidden ÷ heads) or give the head width")  # fmt: skip
+    _head_dim_or(cfg, mt, None, "Ernie4_5_MoeAttention")  # left out: hidden ÷ heads
     if cfg.get("num_nextn_predict_layers") or cfg.get("num_mtp_layers"):
         raise ConfigRefused(f"{mt} config num_nextn_predict_layers: its multi-token-prediction layer is not built by "
                             "transformers and not modelled; set it to 0 to plan the model transformers trains")  # fmt: skip

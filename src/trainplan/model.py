@@ -157,6 +157,8 @@ class ModelArch(BaseModel):
             raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({kv})")
         if self.head_dim is None and self.hidden % self.heads and self.mla is None:
             raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads}) or head_dim given")
+        if self.norm_bias is not None and self.norm != "layernorm":
+            raise ValueError(f"norm_bias applies to a LayerNorm; the model's norm is {self.norm}")
         if self.sliding_layers and self.sliding_window is None:
             raise ValueError("sliding_layers needs sliding_window")
         if self.sliding_layers > self.layers:
