@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import textwrap
-
 from typing import Sequence
 
 from rich.console import Console, Group
