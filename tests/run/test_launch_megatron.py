@@ -297,7 +297,7 @@ def test_a_config_json_s_rotary_and_norm_settings_are_rendered(tmp_path: Path) -
     assert "leaves out the rotary base" in note
     for name, config, message in (
         ("yarn", {**LLAMA31_LIKE, "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}},
-         "rotary scaling (yarn)"),
+         "rotary scaling ('yarn')"),
         ("llama3-other", {**LLAMA31_LIKE, "rope_scaling": {**LLAMA31_LIKE["rope_scaling"], "high_freq_factor": 2.0}},
          "Llama 3 rotary scaling sets"),
         ("glm", {**{k: v for k, v in LLAMA31_LIKE.items() if k != "rope_scaling"}, "model_type": "glm", "head_dim": 32, "pad_token_id": 0},
@@ -343,5 +343,10 @@ def test_a_two_matrix_mlp_renders_its_own_activation(tmp_path: Path) -> None:
     assert "--squared-relu" in nemo and "--apply-layernorm-1p" in nemo and nemo["--rotary-percent"] == "0.5"
     assert "--disable-bias-linear" in nemo and "--normalization" not in nemo  # biased LayerNorms, unbiased projections
     (tmp_path / "relu").mkdir()
-    with pytest.raises(SpecError, match="activation relu is not one"):
+    with pytest.raises(SpecError, match="activation 'relu' is not one"):
         render(_from_config(tmp_path / "relu", {"model_type": "starcoder2", **base, "num_key_value_heads": 2, "hidden_act": "relu"}))
+    (tmp_path / "hostile").mkdir()  # a config's string reaches the error quoted, on one line
+    with pytest.raises(SpecError) as err:
+        render(_from_config(tmp_path / "hostile", {"model_type": "starcoder2", **base, "num_key_value_heads": 2,
+                                                    "hidden_act": "relu\n$(touch x)"}))  # fmt: skip
+    assert "\n" not in str(err.value) and "'relu\\n$(touch x)'" in str(err.value)

@@ -144,7 +144,7 @@ def config_arguments(plan: LaunchPlan, arch: ModelArch) -> tuple[list[str], list
     theta = cfg.get("rope_theta", rope.get("rope_theta", cfg.get("rotary_emb_base")))  # the last: GPT-NeoX's older key
     if theta is not None and arch.position == "rope":
         if float(theta) != int(theta):
-            raise unsupported(plan, f"the model's rotary base {theta} is not an integer, which --rotary-base takes")
+            raise unsupported(plan, f"the model's rotary base {theta!r} is not an integer, which --rotary-base takes")
         args += ["--rotary-base", str(int(theta))]
     elif arch.position == "rope":
         unsaid.append("the rotary base")
@@ -164,14 +164,14 @@ def config_arguments(plan: LaunchPlan, arch: ModelArch) -> tuple[list[str], list
                                     f"{_MEGATRON_LLAMA3}")  # fmt: skip
         args += ["--use-rope-scaling", "--rope-scaling-factor", f"{float(params.get('factor', 8.0)):g}"]
     elif kind != "default":
-        raise unsupported(plan, f"the model's rotary scaling ({kind}) is not one this Megatron-LM rendering builds "
+        raise unsupported(plan, f"the model's rotary scaling ({kind!r}) is not one this Megatron-LM rendering builds "
                                 "(Llama 3.x's is)")  # fmt: skip
     act = cfg.get("hidden_act", cfg.get("activation_function", _DEFAULT_ACTIVATION.get(arch.hf_model_type or "", "silu")))
     if arch.mlp == "swiglu" and act != "silu":
-        raise unsupported(plan, f"the model's gated MLP uses {act}; Megatron's --swiglu gates with SiLU")
+        raise unsupported(plan, f"the model's gated MLP uses {act!r}; Megatron's --swiglu gates with SiLU")
     if arch.mlp == "gelu":
         if act not in _TWO_MATRIX_ACTIVATIONS:
-            raise unsupported(plan, f"the model's MLP activation {act} is not one Megatron's GPT builds "
+            raise unsupported(plan, f"the model's MLP activation {act!r} is not one Megatron's GPT builds "
                                     f"({', '.join(sorted(_TWO_MATRIX_ACTIVATIONS))})")  # fmt: skip
         args += _TWO_MATRIX_ACTIVATIONS[act]
     if arch.hf_model_type == "nemotron":  # NemotronLayerNorm1P scales by 1 + weight: Megatron's zero-centred gamma
