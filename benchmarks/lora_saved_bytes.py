@@ -48,17 +48,19 @@ TARGETS = (["q_proj"], ["o_proj"], ["q_proj", "v_proj"], ["q_proj", "k_proj", "v
            ["down_proj"], ["gate_proj", "up_proj", "down_proj"])  # fmt: skip
 
 
-def measured(targets: list[str], *, fp32_adapters: bool, dropout: float = 0.0) -> float:
-    """Bytes one more block adds (5 blocks less 4): a block past the first adapted one, whose input needs a gradient."""
-    return _saved(targets, fp32_adapters, dropout, layers=5) - _saved(targets, fp32_adapters, dropout, layers=4)
+def measured(targets: list[str], *, fp32_adapters: bool, dropout: float = 0.0, config: dict | None = None) -> float:
+    """Bytes one more block adds (5 blocks less 4): a block past the first adapted one, whose input needs a gradient.
+    ``config``: another family's config of CONFIG's vocabulary (default: CONFIG's Llama)."""
+    return (_saved(targets, fp32_adapters, dropout, layers=5, config=config)
+            - _saved(targets, fp32_adapters, dropout, layers=4, config=config))  # fmt: skip
 
 
-def _saved(targets: list[str], fp32_adapters: bool, dropout: float, *, layers: int) -> int:
+def _saved(targets: list[str], fp32_adapters: bool, dropout: float, *, layers: int, config: dict | None = None) -> int:
     import transformers
     from peft import LoraConfig, get_peft_model
 
     torch.manual_seed(0)
-    config = {**CONFIG, "num_hidden_layers": layers}
+    config = {**(config or CONFIG), "num_hidden_layers": layers}
     model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**config),
                                                           attn_implementation="sdpa").to(torch.bfloat16)  # fmt: skip
     model = get_peft_model(model, LoraConfig(r=RANK, lora_alpha=2 * RANK, target_modules=targets, lora_dropout=dropout),

@@ -86,6 +86,11 @@ VARIANTS = [
      "moe_intermediate_size": 16, "first_k_dense_replace": 1, "sliding_window": 8, "max_window_layers": 2,
      "attention_bias": True},
     {"model_type": "ernie4_5", **TINY, "head_dim": 16, "tie_word_embeddings": False},
+    {"model_type": "cohere", **TINY, "use_qk_norm": True, "attention_bias": True, "tie_word_embeddings": False},
+    {"model_type": "cohere", **TINY, "head_dim": 32, "logit_scale": 0.5},
+    {"model_type": "cohere2", **TINY, "sliding_window": 8, "sliding_window_pattern": 2, "attention_bias": True},
+    {"model_type": "cohere2", **TINY, "sliding_window": 8, "tie_word_embeddings": False,
+     "layer_types": ["full_attention", "sliding_attention", "sliding_attention", "full_attention"]},
     {"model_type": "glm4_moe", **TINY, "head_dim": 32, "attention_bias": True, "use_qk_norm": True, "n_routed_experts": 8,
      "n_shared_experts": 2, "num_experts_per_tok": 2, "moe_intermediate_size": 16, "first_k_dense_replace": 2,
      "num_nextn_predict_layers": 1},
@@ -264,6 +269,40 @@ def test_nemotron_reads_biased_layernorms_beside_unbiased_projections() -> None:
         arch_from_hf_config({**plain, "attention_bias": True})
     with pytest.raises(ConfigRefused, match="num_key_value_heads"):
         arch_from_hf_config({**plain, "num_key_value_heads": None})
+
+
+#: Command R+'s and Command A's shapes as their Hub configs give them (CohereForAI/c4ai-command-r-plus,
+#: c4ai-command-a-03-2025; not re-read here — the totals they give match the model cards' 104B and 111B), with the keys
+#: of Cohere's own format that Command A's config carries
+COMMAND_R_PLUS = {"model_type": "cohere", "hidden_size": 12288, "intermediate_size": 33792, "num_hidden_layers": 64,
+                  "num_attention_heads": 96, "num_key_value_heads": 8, "vocab_size": 256000, "use_qk_norm": True,
+                  "logit_scale": 0.8333333, "model_max_length": 131072, "rope_theta": 75000000.0}
+COMMAND_A = {"model_type": "cohere2", "hidden_size": 12288, "intermediate_size": 36864, "num_hidden_layers": 64,
+             "num_attention_heads": 96, "num_key_value_heads": 8, "vocab_size": 256000, "head_dim": 128, "logit_scale": 0.25,
+             "sliding_window": 4096, "sliding_window_pattern": 4, "layer_switch": 4, "order_of_interleaved_layers": "local_attn_first",
+             "position_embedding_type": "rope_gptj", "rotary_pct": 1.0, "use_gated_activation": True,
+             "use_parallel_block": True, "use_parallel_embedding": True, "use_embedding_sharing": True}  # fmt: skip
+
+
+def test_cohere_reads_its_parallel_block_and_its_released_shapes() -> None:
+    """Cohere's block is one bias-free fp32 LayerNorm feeding attention and the MLP side by side (``block_norms`` 1,
+    ``norm_python``); Command R+'s q/k norms give each head its own weight; Command 2's full-attention layers are NoPE.
+    Command R+ reads 103.8B and Command A 111.1B (published: 104B, 111B), as transformers builds them; Cohere's own
+    keys are read where they say what transformers builds and refused otherwise."""
+    plus = arch_from_hf_config(COMMAND_R_PLUS)
+    assert (plus.block_norms, plus.norm, plus.norm_python, plus.qk_norm, plus.tied_embeddings) == (1, "layernorm", True, "each_head", True)
+    assert param_counts(plus).total == 103_810_674_688 == transformers_param_count(COMMAND_R_PLUS)
+    a = arch_from_hf_config(COMMAND_A)
+    assert (a.sliding_layers, a.nope_layers, a.sliding_window, a.qk_norm) == (48, 16, 4096, None)
+    assert param_counts(a).total == 111_057_580_032 == transformers_param_count(COMMAND_A)
+    assert arch_from_hf_config({**COMMAND_A, "sliding_window": None}).nope_layers == 64  # no window: no layer rotates
+    for key, value in (("layer_switch", 2), ("use_embedding_sharing", False), ("position_embedding_type", "rope"),
+                       ("use_parallel_block", False), ("head_dim", 64), ("use_qk_norm", True), ("rotary_pct", 0.5),
+                       ("order_of_interleaved_layers", "global_attn_first"), ("sliding_window_pattern", 0)):  # fmt: skip
+        with pytest.raises(ConfigRefused, match=key):
+            arch_from_hf_config({**COMMAND_A, key: value})
+    with pytest.raises(ConfigRefused, match="logit_scale"):
+        arch_from_hf_config({**COMMAND_R_PLUS, "logit_scale": None})
 
 
 def test_a_null_or_differing_value_is_refused_by_name() -> None:

@@ -479,6 +479,56 @@ def _read_nemotron(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[st
     return out, COMMON_KEYS | {"attention_bias", "mlp_bias"}
 
 
+def _read_cohere(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """Cohere Command R / R+ (``CohereForCausalLM``) and Command R7B / A (``Cohere2ForCausalLM``): one LayerNorm a block,
+    without a bias and written as fp32 Python arithmetic (``CohereLayerNorm``), whose output attention and the gated
+    MLP read side by side, both adding to the residual; ``attention_bias`` on q, k, v and o, none on the MLP; the head
+    tied by default and its logits multiplied by ``logit_scale`` (no parameters); rotary on interleaved channel pairs.
+    ``cohere``'s ``use_qk_norm`` adds a LayerNorm per head of q and k, each head with its own weight (Command R+).
+    ``cohere2`` rotates q and k on its sliding layers only — its full-attention layers have no position embedding —
+    and builds its heads hidden ÷ heads wide whatever ``head_dim`` says (``Cohere2Config.__post_init__``); its layers
+    follow ``layer_types`` or, without it, ``sliding_window_pattern`` (default 4: three sliding layers, then one full).
+    transformers 5.25 ``modeling_cohere.py`` / ``modular_cohere2.py``."""
+    if "logit_scale" in cfg and cfg["logit_scale"] is None:
+        raise ConfigRefused(f"{mt} config logit_scale: null is not built by transformers (the head multiplies its "
+                            "logits by it); give a number or leave it out")  # fmt: skip
+    out = _llama_like(cfg, mt, tied_default=True)
+    out.update(norm="layernorm", norm_python=True, block_norms=1)
+    keys = COMMON_KEYS | {"attention_bias", "mlp_bias", "logit_scale", "use_qk_norm", "model_max_length"}
+    if mt == "cohere":
+        if cfg.get("use_qk_norm"):
+            out["qk_norm"] = "each_head"
+        return out, keys
+    _no(cfg, mt, "use_qk_norm")  # Cohere2Attention builds no q/k norm
+    width = out["hidden"] // out["heads"]
+    if cfg.get("head_dim") not in (None, width):
+        raise ConfigRefused(f"{mt} config head_dim {cfg['head_dim']!r}: Cohere2Config builds heads hidden_size / "
+                            f"num_attention_heads = {width} wide; give that or leave head_dim out")  # fmt: skip
+    out.pop("head_dim", None)
+    pattern = cfg.get("sliding_window_pattern", 4)
+    if not isinstance(pattern, int) or isinstance(pattern, bool) or pattern < 1:
+        raise ConfigRefused(f"{mt} config sliding_window_pattern: {pattern!r} is not modelled; allowed: a positive integer")
+    n = out["layers"]
+    out.update(_sliding(cfg, mt, n, lambda _: ["sliding_attention" if (i + 1) % pattern else "full_attention"
+                                               for i in range(n)]))  # fmt: skip
+    rotated = out.get("sliding_layers", 0)  # Cohere2Attention rotates only where it has a window
+    if n - rotated:
+        out["nope_layers"] = n - rotated
+    # keys of Cohere's own format that its released configs carry and transformers does not read: read where they
+    # describe what transformers builds, refused otherwise
+    _no(cfg, mt, "order_of_interleaved_layers", (None, "local_attn_first"))
+    _no(cfg, mt, "position_embedding_type", (None, "rope_gptj"))
+    _no(cfg, mt, "rotary_pct", (None, 1, 1.0))
+    _no(cfg, mt, "use_gated_activation", (None, True))
+    _no(cfg, mt, "use_parallel_block", (None, True))
+    _no(cfg, mt, "use_parallel_embedding", (None, True, False))
+    _no(cfg, mt, "use_embedding_sharing", (None, out["tied_embeddings"]))
+    _no(cfg, mt, "layer_switch", (None, pattern))
+    unread = {"order_of_interleaved_layers", "position_embedding_type", "rotary_pct", "use_gated_activation",
+              "use_parallel_block", "use_parallel_embedding", "use_embedding_sharing", "layer_switch"}
+    return out, keys | unread | {"sliding_window", "layer_types", "sliding_window_pattern"}
+
+
 PYTHON_GELUS = ("gelu_new", "gelu_fast")
 
 
@@ -772,6 +822,8 @@ READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str
     "gemma2": _read_gemma2,
     "gemma3_text": _read_gemma3_text,
     "phi3": _read_phi3,
+    "cohere": _read_cohere,
+    "cohere2": _read_cohere,
     "glm": _read_glm,
     "glm4": _read_glm,
     "hunyuan_v1_dense": _read_hunyuan_dense,

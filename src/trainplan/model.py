@@ -125,9 +125,13 @@ class ModelArch(BaseModel):
     gelu_python: bool = False
     # --- attention and block details of the 2024-2026 families (all optional: None / 0 = absent)
     attention_bias: Literal["qkv", "qkvo"] | None = None  # Qwen2: biases on q, k, v; gpt-oss: and on o
-    qk_norm: Literal["head", "full"] | None = None  # RMSNorm of q and k: per head (Qwen3, Gemma 3) or full width (OLMoE)
+    # a norm of q and k: per head with one weight shared by the heads (Qwen3, Gemma 3), per head with each head's own
+    # weight (Cohere's ``use_qk_norm``: weights of (heads, head_dim)), or over the full width (OLMoE)
+    qk_norm: Literal["head", "each_head", "full"] | None = None
     attention_sinks: bool = False  # gpt-oss: one learned sink logit per head
-    block_norms: Literal[2, 4] = 2  # Gemma 2/3: pre- and post-norms around attention and MLP
+    # norms a block: 2 (Llama), 4 (Gemma 2/3: pre- and post-norms around attention and MLP) or 1 (Cohere: attention and
+    # the MLP read one norm's output side by side and both add to the residual)
+    block_norms: Literal[1, 2, 4] = 2
     # the RMSNorm multiplies its weight in fp32 before casting down (Gemma 1-3 ``x * (1 + w.float())``, gpt-oss, OLMo 2
     # ``(w * x).to(dtype)``), so with 16-bit compute it keeps the fp32 normalised tensor for the weight's gradient
     norm_fp32_weight: bool = False
@@ -137,6 +141,9 @@ class ModelArch(BaseModel):
     # a LayerNorm's bias where it differs from the linear layers' (Nemotron: biased LayerNorms, unbiased projections);
     # None: the norm follows ``bias``
     norm_bias: bool | None = None
+    # Cohere: the LayerNorm is fp32 Python arithmetic (``CohereLayerNorm``: centre, variance, rsqrt, weight product),
+    # which keeps fp32 intermediates where a fused LayerNorm keeps its input; on q and k too where it normalises them
+    norm_python: bool = False
     sliding_window: PositiveInt | None = None
     sliding_layers: Annotated[int, Field(ge=0)] = 0  # how many layers attend within sliding_window
     nope_layers: Annotated[int, Field(ge=0)] = 0  # SmolLM3: layers that apply no rotary embedding (NoPE)
@@ -159,6 +166,8 @@ class ModelArch(BaseModel):
             raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads}) or head_dim given")
         if self.norm_bias is not None and self.norm != "layernorm":
             raise ValueError(f"norm_bias applies to a LayerNorm; the model's norm is {self.norm}")
+        if self.norm_python and (self.norm != "layernorm" or self.bias or self.norm_bias):
+            raise ValueError("norm_python is modelled for a LayerNorm without a bias (Cohere's)")
         if self.sliding_layers and self.sliding_window is None:
             raise ValueError("sliding_layers needs sliding_window")
         if self.sliding_layers > self.layers:
@@ -189,7 +198,7 @@ class ModelArch(BaseModel):
         """No feature beyond the Llama / GPT-2 / BERT / T5 shapes that :func:`hf_config` can write back."""
         return (self.moe is None and self.mla is None and self.attention_bias is None and self.qk_norm is None
                 and not self.attention_sinks and self.block_norms == 2 and not self.sliding_layers and not self.norm_fp32_weight
-                and not self.post_norms and self.norm_bias is None
+                and not self.post_norms and self.norm_bias is None and not self.norm_python
                 and self.final_logit_softcap is None and self.attention_softcap is None and not self.mtp_layers
                 and not self.nope_layers)  # fmt: skip
 

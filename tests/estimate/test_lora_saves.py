@@ -35,6 +35,18 @@ def test_bf16_adapters_share_their_input(targets: list[str]) -> None:
     assert bench.predicted(targets, fp32_adapters=False) == pytest.approx(bench.measured(targets, fp32_adapters=False))
 
 
+@pytest.mark.parametrize("qk_norm", [True, False], ids=["qk-norm", "no-qk-norm"])
+@pytest.mark.parametrize("targets", [["q_proj", "v_proj"], ["gate_proj", "up_proj", "down_proj"]], ids="+".join)
+def test_cohere_s_parallel_block_keeps_its_one_norm_output_once(targets: list[str], qk_norm: bool) -> None:
+    """Cohere's block (one fp32 Python LayerNorm whose output attention and the MLP both read) under PEFT: what
+    trainplan counts per token, plus what the 5-less-4-block difference also holds once a block — each norm's fp32 copy
+    of its frozen weight (``self.weight.to(torch.float32)``: h, and a weight per head of q and k with ``use_qk_norm``)."""
+    cfg = {**bench.CONFIG, "model_type": "cohere", "use_qk_norm": qk_norm, "bos_token_id": None, "eos_token_id": None}
+    h, heads, kv = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    weights = 4 * (h + ((heads + kv) * h // heads if qk_norm else 0))
+    assert bench.measured(targets, fp32_adapters=True, config=cfg) == bench.predicted(targets, config=cfg) + weights
+
+
 def test_the_fp32_copies_are_the_difference() -> None:
     # q alone: the fp32 copy (4·h) and fp32 lora_A output (4·r) replace the shared bf16 input (2·h) and 2·r
     h, r = bench.CONFIG["hidden_size"], bench.RANK

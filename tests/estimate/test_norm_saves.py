@@ -27,7 +27,7 @@ NORMS = {"llama": "LlamaRMSNorm", "mistral": "MistralRMSNorm", "qwen2": "Qwen2RM
          "hunyuan_v1_dense": "HunYuanDenseV1RMSNorm", "ernie4_5": "Ernie4_5RMSNorm",
          "granitemoe": "GraniteMoeRMSNorm", "granitemoeshared": "GraniteMoeSharedRMSNorm", "dots1": "Dots1RMSNorm",
          "minimax_m2": "MiniMaxM2RMSNorm", "ernie4_5_moe": "Ernie4_5_MoeRMSNorm", "arcee": "ArceeRMSNorm",
-         "flex_olmo": "FlexOlmoRMSNorm",
+         "flex_olmo": "FlexOlmoRMSNorm", "cohere": "CohereLayerNorm", "cohere2": "Cohere2LayerNorm",
          "smollm3": "SmolLM3RMSNorm", "granite": "GraniteRMSNorm", "ministral3": "Ministral3RMSNorm",
          "olmo2": "Olmo2RMSNorm", "olmo3": "Olmo3RMSNorm", "exaone4": "Exaone4RMSNorm"}  # fmt: skip
 
@@ -70,7 +70,7 @@ def test_each_family_norm_keeps_what_the_estimate_counts(mt: str, trainable: boo
         cfg.update(n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2)
     arch = arch_from_hf_config(cfg)
     expected = norm_saved_bytes_per_token(hidden, arch.norm, Precision.BF16, weight_trainable=trainable,
-                                          fp32_weight=arch.norm_fp32_weight)  # fmt: skip
+                                          fp32_weight=arch.norm_fp32_weight, python=arch.norm_python)  # fmt: skip
     assert _per_token(norm, hidden) == expected
 
 
@@ -216,6 +216,7 @@ FAMILIES = {
     "starcoder2": {"attention_dropout": 0.0, "residual_dropout": 0.0, "embedding_dropout": 0.0},
     "dots1": {"head_dim": 16, "n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2,
               "moe_intermediate_size": 16, "first_k_dense_replace": 1},
+    "cohere": {"use_qk_norm": True, "logit_scale": 0.5}, "cohere2": {"sliding_window": 64},
 }  # fmt: skip
 
 

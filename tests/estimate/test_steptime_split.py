@@ -68,6 +68,12 @@ def test_memory_bound_bytes_count_the_ops_of_a_block() -> None:
     # SwiGLU: act(gate) read+write, product read 2 write 1; rotary reads and writes q and k
     expected = 2 * (8 * h + 6 * h) + 2 * (10 * h) + 5 * 2 * f + 2 * 2 * (q + kv)
     assert memory_bound_bytes_per_token(llama, Precision.BF16) == expected
+    # Cohere: one fp32 Python LayerNorm a block (48 bytes an element of fp32 kernels; on a 16-bit stream the casts in
+    # and out add 2·(2 + 4)), in place of two norms
+    cohere = llama.model_copy(update={"norm": "layernorm", "norm_python": True, "block_norms": 1})
+    assert memory_bound_bytes_per_token(cohere, Precision.BF16) == expected - 2 * (8 * h + 6 * h) + 48 * h
+    pure = memory_bound_bytes_per_token(llama, Precision.BF16_PURE) - 2 * 4 * h
+    assert memory_bound_bytes_per_token(cohere, Precision.BF16_PURE) == pure + (48 + 12) * h
 
 
 def test_memory_bound_ops_cost_more_on_a_gpu_with_less_bandwidth() -> None:

@@ -123,6 +123,9 @@ SMALL = {"layers": 4, "hidden": 256, "heads": 8, "kv_heads": 2, "ffn_hidden": 10
     ({"model": ModelArch(**SMALL, nope_layers=1)}, "layers without rotary embeddings (NoPE)"),  # SmolLM3
     ({"model": ModelArch(**SMALL, qk_norm="head", post_norms=True)}, "norms after attention and the MLP"),  # EXAONE 4
     ({"model": ModelArch(**SMALL, norm_fp32_weight=True)}, "multiply their weight in fp32"),  # Gemma
+    ({"model": ModelArch(**SMALL, norm="layernorm", block_norms=1)}, "one norm a block read by attention and the MLP"),
+    ({"model": ModelArch(**SMALL, norm="layernorm", norm_python=True)}, "fp32 Python LayerNorms (Cohere)"),
+    ({"model": ModelArch(**SMALL, qk_norm="each_head")}, "with a weight per head"),  # Cohere
     ({"precision": Precision.BF16_PURE}, "bf16-pure has no equivalent"),
     ({"knobs": StackKnobs()}, "set knobs.selective_recompute: attention-core"),  # plain's selective keeps matmuls
     ({"strategy": Strategy.FSDP}, "pick a ddp or zero1 option"),

@@ -137,7 +137,7 @@ def _attention_other(a: ModelArch, shapes: dict[str, tuple[int, int]]) -> int:
         n += q_out + 2 * kv_out + h
     if a.qk_norm == "head":
         n += 2 * _head_dim(a)
-    elif a.qk_norm == "full":
+    elif a.qk_norm in ("full", "each_head"):  # one weight per element: over the full width, or each head its own
         n += q_out + kv_out
     if a.attention_sinks:
         n += a.heads

@@ -106,6 +106,10 @@ def memory_bound_bytes_per_token(arch: ModelArch, precision: Precision, *, seq_l
     stream and the branch output, write the stream); the MLP activation (GELU: read + write the ffn row;
     SwiGLU: act(gate) read + write, then act·up read 2 write 1); rotary embeddings (read + write q and k), on the
     layers that apply them.
+    Cohere's LayerNorm (``norm_python``; transformers 5.25 ``CohereLayerNorm``) runs as separate fp32 kernels: the
+    mean (read 4), the centring (4 + 4), its square (4 + 4), the variance (4), the centring again (4 + 4), the product
+    with rstd (4 + 4) and with the weight (4 + 4) — 48 bytes an element on an fp32 stream, plus the cast up (r + 4) and
+    down (4 + r) on an r-byte one; its block has one norm (``block_norms`` 1: attention and the MLP read one output).
     Bias adds run in the matmul's epilogue (cuBLAS addmm) and move nothing extra.
     transformers' Python GELU (``gelu_new``, ``NewGELUActivation``: ``0.5 * x * (1 + tanh(c * (x + 0.044715 *
     pow(x, 3))))``) runs as eight elementwise kernels (pow, two scalar multiplies, the add, tanh, ``1 +``, ``0.5 * x``,
@@ -127,6 +131,8 @@ def memory_bound_bytes_per_token(arch: ModelArch, precision: Precision, *, seq_l
         moe_f = arch.moe.top_k * arch.moe.expert_ffn_hidden + arch.moe.shared_ffn_hidden
         f = (arch.dense_mlp_layers * f + arch.moe_layers * moe_f) / arch.layers
     norm = 2 * r * h + ((r + a) * h if r != a else 0)
+    if arch.norm_python:  # Cohere's LayerNorm: nine fp32 kernels, and the casts in and out of a 16-bit stream
+        norm = (48 + (2 * (r + 4) if r != 4 else 0)) * h
     residual = (2 * r + a) * h
     activation = (5 if arch.mlp == "swiglu" else 2) * a * f
     if arch.gelu_python and arch.mlp == "gelu":

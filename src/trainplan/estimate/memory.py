@@ -247,7 +247,7 @@ def norm_is_fused(norm: str, *, compiled: bool, fused_kernels: FusedKernels) -> 
 
 
 def norm_saved_bytes_per_token(hidden: int, norm: str, precision: Precision, *, compiled: bool = False,
-                               weight_trainable: bool = True, fp32_weight: bool = False) -> float:  # fmt: skip
+                               weight_trainable: bool = True, fp32_weight: bool = False, python: bool = False) -> float:  # fmt: skip
     """Bytes a normalisation layer keeps for backward, per token.
 
     LayerNorm (fused ``aten.native_layer_norm``) keeps its input plus fp32 mean
@@ -268,10 +268,16 @@ def norm_saved_bytes_per_token(hidden: int, norm: str, precision: Precision, *, 
     an fp32 rstd per token: the partitioner recomputes the up-cast in backward
     (min-cut rematerialisation of pointwise ops, functorch/AOTAutograd
     ``min_cut_rematerialization_partition``).
+    Cohere's LayerNorm (``python``; transformers 5.25 ``CohereLayerNorm``) is fp32 Python arithmetic: the square keeps
+    the centred input, the product with rstd a second centring and the rstd, the weight's product the normalised
+    tensor — 4 bytes an element each, whatever the compute dtype: 12h + 4 with its weight training, 8h + 4 frozen
+    (measured with saved-tensor hooks, ``tests/estimate/test_norm_saves.py``).
     """
     e = precision.compute_bytes
     if compiled:
         return hidden * e + 4
+    if python:
+        return hidden * (8 + (4 if weight_trainable else 0)) + 4
     if norm == "rmsnorm" and e == 2:
         return hidden * (4 + ((4 if fp32_weight else e) if weight_trainable else 0)) + 4
     return hidden * e + 8
@@ -343,6 +349,8 @@ def layer_activation_bytes(
     sinks: bool = False,
     frozen_norms: bool = False,
     norm_fp32_weight: bool = False,
+    norm_python: bool = False,
+    shared_norm: bool = False,
     attention_output_copy: bool = False,
     fused_kernels: FusedKernels = FusedKernels.NONE,
     down_proj_keeps_input: bool = True,
@@ -390,7 +398,12 @@ def layer_activation_bytes(
     output is fp32 (``.to`` of a 16-bit tensor returns the same storage), and the ``int64`` indices of the row
     maximum (``max.dim`` saves them for backward): 8 bytes a head.
     ``frozen_norms``: the norms' weights do not train (LoRA), see :func:`norm_saved_bytes_per_token`, as for
-    ``norm_fp32_weight`` (Gemma, gpt-oss, OLMo 2: the weight multiplies the fp32 normalised tensor).
+    ``norm_fp32_weight`` (Gemma, gpt-oss, OLMo 2: the weight multiplies the fp32 normalised tensor) and ``norm_python``
+    (Cohere's fp32 Python LayerNorm).
+    ``shared_norm``: one norm a block whose output attention and the MLP both read (Cohere's parallel block,
+    ``ModelArch.block_norms`` 1): one norm's saves, and the 16-bit norm output kept once for the q/k/v and gate/up
+    projections (one storage) — the MLP's copy is counted only where the QKV side keeps none (LoRA without q/k/v
+    adapters).
     ``fused_kernels``: Triton kernels in place of the eager norms and SwiGLU.  Liger Kernel's RMSNorm
     (``LigerRMSNormFunction``: ``ctx.save_for_backward(X, W, RSTD)``) and Unsloth's (``Fast_RMS_Layernorm``: X and
     the fp32 inverse RMS) keep the 16-bit input and an fp32 statistic per token, as a compiled norm does; Liger's
@@ -419,9 +432,9 @@ def layer_activation_bytes(
     e = precision.compute_bytes
     tokens = seq_len * micro_batch
     fused = fused_kernels is not FusedKernels.NONE
-    norms = 2 * norm_saved_bytes_per_token(hidden, norm, precision,
-                                           compiled=norm_is_fused(norm, compiled=compiled, fused_kernels=fused_kernels),
-                                           weight_trainable=not frozen_norms, fp32_weight=norm_fp32_weight)  # fmt: skip
+    norms = (1 if shared_norm else 2) * norm_saved_bytes_per_token(
+        hidden, norm, precision, compiled=norm_is_fused(norm, compiled=compiled, fused_kernels=fused_kernels),
+        weight_trainable=not frozen_norms, fp32_weight=norm_fp32_weight, python=norm_python)
     attn_linear = e * hidden + e * (q_dim + 2 * kv_dim) + e * q_dim
     fp32_softmax = autocast_softmax and e == 2
     if flash_attention:
@@ -454,6 +467,11 @@ def layer_activation_bytes(
         product = (e if lora.shares_input(int(lora.down)) else 0.0) + (own if lora.down else 0.0)
         mlp_bytes = mlp_input + ((3 if mlp == "swiglu" else 1) * e + product) * ffn_hidden
         mlp_bytes += lora.adapted * lora.rank * lora.adapter_out_bytes + lora.qkv_out_bytes
+    if shared_norm:  # the MLP's 16-bit input is the QKV's, kept once
+        shared = e * hidden if (lora is None or compiled or fused or gelu_python
+                                or (lora.shares_input(lora.qkv) and lora.shares_input(lora.gate_up))) else 0.0
+        mlp_input -= shared
+        mlp_bytes -= shared
     masks = 2.0 * hidden if dropout else 0.0  # 1-byte masks after attention and after the MLP
     if checkpointing is Checkpointing.SELECTIVE:
         core = 4.0 * heads if flash_attention else 0.0  # attention core recomputed (Korthikanti Sec. 4.2)

@@ -289,6 +289,8 @@ def layer_split(job: TransformerJob, arch: ModelArch, k: Knobs, ffn_hidden: int)
         dropout=arch.dropout > 0,
         frozen_norms=job.lora_spec is not None,
         norm_fp32_weight=fp32_weight,
+        norm_python=arch.norm_python,
+        shared_norm=arch.block_norms == 1,
         autocast_softmax=_fp32_scores(job, arch, k),
         softcap=arch.attention_softcap is not None,
         sinks=arch.attention_sinks,
@@ -470,10 +472,11 @@ def norm_fp32_weight(arch: ModelArch, k: Knobs) -> bool:
 
 def block_norm_extra_bytes_per_token(arch: ModelArch, precision: Precision, *, trainable: bool,
                                      fp32_weight: bool = False) -> float:  # fmt: skip
-    """Gemma 2/3's two post-norms (four norms per block: Gemma 2 report Sec. 2) keep what a norm keeps."""
-    extra = arch.block_norms - 2
+    """Gemma 2/3's two post-norms (four norms per block: Gemma 2 report Sec. 2) keep what a norm keeps. (Cohere's one
+    norm a block is counted where the block's norms are: ``memory.layer_activation_bytes`` ``shared_norm``.)"""
+    extra = max(arch.block_norms - 2, 0)
     return extra * norm_saved_bytes_per_token(arch.hidden, arch.norm, precision, weight_trainable=trainable,
-                                              fp32_weight=fp32_weight) if extra else 0.0  # fmt: skip
+                                              fp32_weight=fp32_weight, python=arch.norm_python) if extra else 0.0  # fmt: skip
 
 
 def qk_norm_bytes_per_token(arch: ModelArch, precision: Precision, *, trainable: bool, compiled: bool = False,
@@ -485,15 +488,19 @@ def qk_norm_bytes_per_token(arch: ModelArch, precision: Precision, *, trainable:
     else keeps — an fp32 rstd per row and, when its weight trains, the down-cast normalised tensor the weight
     multiplies (its fp32 form where the norm multiplies in fp32: ``fp32_weight``, by default the family's, see
     :func:`norm_fp32_weight`); in fp32 the input itself and the normalised tensor; compiled or fused, the 16-bit
-    input and the rstd.  They sit in the tensor-parallel region (q and k are split by head).  Measured against a
+    input and the rstd.  Cohere's per-head LayerNorms (``qk_norm`` each_head, ``norm_python``) keep what its block
+    norm keeps (:func:`memory.norm_saved_bytes_per_token`): 8 bytes an element, 4 more with the weights training,
+    and an rstd a head.  They sit in the tensor-parallel region (q and k are split by head).  Measured against a
     Llama of one shape with saved-tensor hooks (``tests/estimate/test_norm_saves.py``)."""
     if arch.qk_norm is None:
         return 0.0
     e = precision.compute_bytes
     width = arch_mod.attention_inner_dim(arch) + arch_mod.kv_inner_dim(arch)
-    rows = arch.heads + arch.kv_heads if arch.qk_norm == "head" else 2
+    rows = 2 if arch.qk_norm == "full" else arch.heads + (arch.kv_heads or arch.heads)
     if compiled:
         per_element = float(e)
+    elif arch.norm_python:  # Cohere's fp32 Python LayerNorm, per head (memory.norm_saved_bytes_per_token)
+        per_element = 8.0 + (4.0 if trainable else 0.0)
     elif e == 2:
         wide = arch.norm_fp32_weight if fp32_weight is None else fp32_weight
         per_element = 4.0 + ((4.0 if wide else e) if trainable else 0.0)
@@ -709,7 +716,8 @@ def head_activation_bytes(job: TransformerJob, arch: ModelArch, knobs: Knobs | N
     k = knobs or Knobs(stack=job.stack)
     tokens = job.seq_len * job.micro_batch
     head = tokens * (norm_saved_bytes_per_token(arch.hidden, arch.norm, job.precision, compiled=k.compile,
-                                                weight_trainable=job.lora_spec is None, fp32_weight=norm_fp32_weight(arch, k))
+                                                weight_trainable=job.lora_spec is None, fp32_weight=norm_fp32_weight(arch, k),
+                                                python=arch.norm_python)
                      + arch.hidden * job.precision.compute_bytes)  # fmt: skip
     if arch.has_lm_head:
         head += logits_bytes(seq_len=job.seq_len, micro_batch=job.micro_batch, vocab=arch.vocab, precision=job.precision,
@@ -824,7 +832,7 @@ def model_split(job: TransformerJob, m: TransformerModel, knobs: Knobs) -> Model
     tokens, e = job.seq_len * job.micro_batch, job.precision.compute_bytes
     head = head_activation_bytes(job, arch, knobs)
     head_replicated = tokens * (norm_saved_bytes_per_token(arch.hidden, arch.norm, job.precision, compiled=knobs.compile,
-                                                           fp32_weight=norm_fp32_weight(arch, knobs))
+                                                           fp32_weight=norm_fp32_weight(arch, knobs), python=arch.norm_python)
                                 + arch.hidden * e)  # fmt: skip
     c = m.counts
     vocab_params = arch.vocab * arch.hidden

@@ -88,15 +88,18 @@ def check(plan: LaunchPlan) -> ModelArch:
         "nope_layers": "layers without rotary embeddings (NoPE)",
         "post_norms": "norms after attention and the MLP instead of before them (OLMo 2, EXAONE 4)",
         "norm_fp32_weight": "norms that multiply their weight in fp32 (Gemma, gpt-oss, OLMo 2)",
+        "norm_python": "fp32 Python LayerNorms (Cohere)",
     }  # fmt: skip
     for field, what in refused.items():
         if getattr(arch, field):
             raise unsupported(plan, f"the model has {what} ({field}), which this Megatron-LM rendering has no switch for")
-    if arch.qk_norm == "full":
-        raise unsupported(plan, "the model normalises q and k over the full width (OLMoE); Megatron's --qk-layernorm "
-                                "normalises each head")  # fmt: skip
+    if arch.qk_norm in ("full", "each_head"):
+        raise unsupported(plan, "the model normalises q and k over the full width (OLMoE) or with a weight per head "
+                                "(Cohere); Megatron's --qk-layernorm normalises each head with one shared weight")  # fmt: skip
     if arch.block_norms != 2:
-        raise unsupported(plan, "the model has four norms a block (Gemma 2/3, GLM-4-0414), which Megatron's GPT layer does not build")
+        what = ("four norms a block (Gemma 2/3, GLM-4-0414)" if arch.block_norms == 4
+                else "one norm a block read by attention and the MLP side by side (Cohere)")
+        raise unsupported(plan, f"the model has {what}, which Megatron's GPT layer does not build")
     if arch.moe is not None and (arch.moe.shared_gate or arch.moe.router_bias or arch.moe.expert_bias):
         raise unsupported(plan, "the model's experts have a shared-expert gate or biases, not rendered for Megatron-LM")
     if arch.attention_bias == "qkvo":
@@ -106,7 +109,7 @@ def check(plan: LaunchPlan) -> ModelArch:
 
 #: families whose rotary embedding turns interleaved pairs of channels (transformers' ``rotate_half`` on ``x[..., 0::2]``
 #: and ``x[..., 1::2]``) where Megatron's default turns the two halves of each head
-_INTERLEAVED_ROTARY = ("glm", "glm4", "ernie4_5", "ernie4_5_moe")
+_INTERLEAVED_ROTARY = ("glm", "glm4", "ernie4_5", "ernie4_5_moe", "cohere", "cohere2")
 #: Megatron-Core's Llama 3.x frequency scaling takes only the factor (``--rope-scaling-factor``); the rest is fixed in
 #: ``RotaryEmbedding._apply_scaling`` (megatron/core/models/common/embeddings/rotary_pos_embedding.py, 0.16)
 _MEGATRON_LLAMA3 = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
