@@ -96,11 +96,12 @@ def loss_step_saved_bytes(cfg: dict, batch: int = 2, seq: int = 32) -> int:
 
     torch.manual_seed(0)
     config = transformers.AutoConfig.for_model(**cfg)
+    # built in bf16, as from_pretrained(dtype=torch.bfloat16) builds it: a module its family builds in fp32 whatever
+    # the dtype (Hunyuan MoE's router) stays fp32, where casting a built model with .to() would not keep it
     try:
-        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", dtype=torch.bfloat16)
     except ValueError:  # "does not support an attention implementation through ... scaled_dot_product_attention"
-        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
-    model = model.to(torch.bfloat16)
+        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager", dtype=torch.bfloat16)
     ids = torch.randint(1, 101, (batch, seq))
     return saved_bytes(model, lambda: model(input_ids=ids, labels=ids).loss)
 

@@ -86,6 +86,8 @@ VARIANTS = [
      "moe_intermediate_size": 16, "first_k_dense_replace": 1, "sliding_window": 8, "max_window_layers": 2,
      "attention_bias": True},
     {"model_type": "ernie4_5", **TINY, "head_dim": 16, "tie_word_embeddings": False},
+    {"model_type": "hunyuan_v1_moe", **TINY, "head_dim": 16, "num_experts": 4, "moe_topk": [2] * 4, "attention_bias": True,
+     "moe_intermediate_size": [96] * 4, "num_shared_expert": [1] * 4, "use_mixed_mlp_moe": True, "use_qk_norm": True},
     {"model_type": "cohere", **TINY, "use_qk_norm": True, "attention_bias": True, "tie_word_embeddings": False},
     {"model_type": "cohere", **TINY, "head_dim": 32, "logit_scale": 0.5},
     {"model_type": "cohere2", **TINY, "sliding_window": 8, "sliding_window_pattern": 2, "attention_bias": True},
@@ -107,7 +109,7 @@ def _default(mt: str) -> dict:
         cfg["num_key_value_heads"] = 8
     if mt == "dots1":  # its class leaves the experts unset; dots.llm1's published config routes 6 of 128, 2 shared
         cfg.update(n_routed_experts=128, n_shared_experts=2, num_experts_per_tok=6, first_k_dense_replace=1)
-    if mt == "hunyuan_v1_dense":  # likewise (HunYuanDenseV1Attention takes None ** -0.5); Hunyuan-7B's config states 128
+    if mt in ("hunyuan_v1_dense", "hunyuan_v1_moe"):  # likewise (the attention takes None ** -0.5); Hunyuan's configs state 128
         cfg["head_dim"] = 128
     if mt == "ministral":  # its default head_dim None does not build (MinistralAttention takes None ** -0.5);
         cfg["head_dim"] = cfg["hidden_size"] // cfg["num_attention_heads"]  # Ministral-8B's config states 128
@@ -303,6 +305,30 @@ def test_cohere_reads_its_parallel_block_and_its_released_shapes() -> None:
             arch_from_hf_config({**COMMAND_A, key: value})
     with pytest.raises(ConfigRefused, match="logit_scale"):
         arch_from_hf_config({**COMMAND_R_PLUS, "logit_scale": None})
+
+
+#: Hunyuan-A13B's shape with its per-layer lists, as public test code quotes its config (the key names of the
+#: released config.json; tie_word_embeddings left at its class default)
+HUNYUAN_A13B = {"model_type": "hunyuan_v1_moe", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+                "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 3072, "vocab_size": 128167,
+                "num_experts": 64, "moe_intermediate_size": [3072] * 32, "moe_topk": [8] * 32,
+                "num_shared_expert": [1] * 32}  # fmt: skip
+
+
+def test_hunyuan_moe_reads_its_per_layer_lists_where_they_agree() -> None:
+    """Hunyuan MoE: experts and one shared MLP of intermediate_size on every layer, an fp32 router; the released
+    configs' per-layer lists read when every layer agrees, and their keys that transformers does not read refused
+    where they describe another model. Hunyuan-A13B's shape reads 80.9B (published: 80B total, 13B active)."""
+    arch = arch_from_hf_config(HUNYUAN_A13B)
+    assert arch.moe is not None and (arch.moe.experts, arch.moe.top_k, arch.moe.shared_ffn_hidden, arch.moe.router_fp32) == (64, 8, 3072, True)
+    counts = param_counts(arch)
+    assert counts.total == transformers_param_count(HUNYUAN_A13B) == 80_918_155_264
+    assert 12.7e9 < counts.matmul_per_token < 13.3e9
+    for key, value in (("moe_topk", [8] * 31 + [4]), ("moe_topk", [8] * 31), ("num_experts", [64] * 32),
+                       ("moe_intermediate_size", [1536] * 32), ("num_shared_expert", [2] * 32), ("use_cla", True),
+                       ("use_mixed_mlp_moe", False), ("attention_head_dim", 64)):  # fmt: skip
+        with pytest.raises(ConfigRefused, match=key):
+            arch_from_hf_config({**HUNYUAN_A13B, key: value})
 
 
 def test_a_null_or_differing_value_is_refused_by_name() -> None:

@@ -684,6 +684,47 @@ def _read_granitemoe(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[
     return out, keys | ({"shared_intermediate_size"} if mt == "granitemoeshared" else set())
 
 
+def _per_layer(cfg: dict[str, Any], mt: str, key: str, layers: int) -> Any:
+    """A value a config may give once or once per layer (Hunyuan's released configs list them): the one value, or
+    refused where the layers differ (trainplan models one value for every layer)."""
+    value = cfg.get(key)
+    if not isinstance(value, list):
+        return value
+    if len(value) != layers or len(set(map(json.dumps, value))) != 1:
+        raise ConfigRefused(f"{mt} config {key}: one value for every layer ({layers}) is modelled; got {value!r:.80}")
+    return value[0]
+
+
+def _read_hunyuan_moe(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """Hunyuan MoE (``HunYuanMoEV1ForCausalLM``, Hunyuan-A13B): Hunyuan dense's attention (per-head RMSNorms on the
+    rotated q and k, ``attention_bias`` on q, k, v and o) and on every layer ``num_experts`` routed experts and one
+    ungated shared MLP, all of ``intermediate_size``, behind a router whose weight is built in fp32
+    (``nn.Linear(..., dtype=torch.float32)``: a model built or loaded in bf16 keeps it fp32, and the router takes an
+    fp32 copy of its input). ``moe_topk`` once or once per layer (the same for every layer); ``num_experts`` a number
+    (transformers builds no per-layer expert count). The released configs' keys that transformers does not read —
+    ``moe_intermediate_size``, ``num_shared_expert``, ``use_mixed_mlp_moe``, ``use_qk_norm``, ``use_cla``,
+    ``attention_head_dim``, ``moe_layer_num_skipped`` — are read where they describe what it builds (experts of
+    ``intermediate_size``, one shared MLP, q/k norms, no cross-layer attention) and refused otherwise: transformers 5.25
+    ``modeling_hunyuan_v1_moe.py``."""
+    out, keys = _read_hunyuan_dense(cfg, mt)
+    n, f = out["layers"], out["ffn_hidden"]
+    experts = _experts(cfg, mt)
+    if not isinstance(experts, int) or isinstance(experts, bool):
+        raise ConfigRefused(f"{mt} config num_experts: transformers builds one expert count for every layer; got {experts!r:.80}")
+    top_k = _per_layer(cfg, mt, "moe_topk", n) or _per_layer(cfg, mt, "num_experts_per_tok", n) or 1
+    out["moe"] = MoE(experts=experts, top_k=top_k, expert_ffn_hidden=f, shared_ffn_hidden=f, router_fp32=True)
+    _no({"moe_intermediate_size": _per_layer(cfg, mt, "moe_intermediate_size", n)}, mt, "moe_intermediate_size", (None, f))
+    _no({"num_shared_expert": _per_layer(cfg, mt, "num_shared_expert", n)}, mt, "num_shared_expert", (None, 1))
+    _no(cfg, mt, "use_mixed_mlp_moe", (None, True, 1))
+    _no(cfg, mt, "use_qk_norm", (None, True))
+    _no(cfg, mt, "use_cla")
+    _no(cfg, mt, "moe_layer_num_skipped")
+    _no(cfg, mt, "attention_head_dim", (None, out.get("head_dim", out["hidden"] // out["heads"])))
+    unread = {"moe_intermediate_size", "num_shared_expert", "use_mixed_mlp_moe", "use_qk_norm", "use_cla",
+              "cla_share_factor", "attention_head_dim", "moe_layer_num_skipped"}
+    return out, keys | unread | {"num_experts", "num_local_experts", "moe_topk", "num_experts_per_tok"}
+
+
 def _read_dots1(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
     """dots.llm1 (``Dots1ForCausalLM``): Qwen3's attention — per-head q/k RMSNorms, ``attention_bias`` on q, k, v and o —
     with DeepSeek-V3's MoE: a dense MLP in the first ``first_k_dense_replace`` layers, then ``n_routed_experts``
@@ -827,6 +868,7 @@ READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str
     "glm": _read_glm,
     "glm4": _read_glm,
     "hunyuan_v1_dense": _read_hunyuan_dense,
+    "hunyuan_v1_moe": _read_hunyuan_moe,
     "ernie4_5": _read_ernie4_5,
     "starcoder2": _read_starcoder2,
     "gpt_neox": _read_gpt_neox,

@@ -27,7 +27,7 @@ NORMS = {"llama": "LlamaRMSNorm", "mistral": "MistralRMSNorm", "qwen2": "Qwen2RM
          "hunyuan_v1_dense": "HunYuanDenseV1RMSNorm", "ernie4_5": "Ernie4_5RMSNorm",
          "granitemoe": "GraniteMoeRMSNorm", "granitemoeshared": "GraniteMoeSharedRMSNorm", "dots1": "Dots1RMSNorm",
          "minimax_m2": "MiniMaxM2RMSNorm", "ernie4_5_moe": "Ernie4_5_MoeRMSNorm", "arcee": "ArceeRMSNorm",
-         "flex_olmo": "FlexOlmoRMSNorm", "cohere": "CohereLayerNorm", "cohere2": "Cohere2LayerNorm",
+         "flex_olmo": "FlexOlmoRMSNorm", "hunyuan_v1_moe": "HunYuanMoEV1RMSNorm", "cohere": "CohereLayerNorm", "cohere2": "Cohere2LayerNorm",
          "smollm3": "SmolLM3RMSNorm", "granite": "GraniteRMSNorm", "ministral3": "Ministral3RMSNorm",
          "olmo2": "Olmo2RMSNorm", "olmo3": "Olmo3RMSNorm", "exaone4": "Exaone4RMSNorm"}  # fmt: skip
 
@@ -64,7 +64,7 @@ def test_each_family_norm_keeps_what_the_estimate_counts(mt: str, trainable: boo
     cfg = transformers.AutoConfig.for_model(mt).to_dict()
     if mt == "deepseek_v3":
         cfg["num_experts_per_tok"] = 8
-    if mt == "hunyuan_v1_dense":  # its class default (None) does not build; Hunyuan-7B's config states 128
+    if mt in ("hunyuan_v1_dense", "hunyuan_v1_moe"):  # its class default (None) does not build; Hunyuan-7B's config states 128
         cfg["head_dim"] = 128
     if mt == "dots1":  # its class leaves the experts unset
         cfg.update(n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2)
@@ -217,6 +217,7 @@ FAMILIES = {
     "dots1": {"head_dim": 16, "n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2,
               "moe_intermediate_size": 16, "first_k_dense_replace": 1},
     "cohere": {"use_qk_norm": True, "logit_scale": 0.5}, "cohere2": {"sliding_window": 64},
+    "hunyuan_v1_moe": {"head_dim": 16, "num_experts": 4, "moe_topk": 2},
 }  # fmt: skip
 
 
