@@ -331,6 +331,19 @@ def test_hunyuan_moe_reads_its_per_layer_lists_where_they_agree() -> None:
             arch_from_hf_config({**HUNYUAN_A13B, key: value})
 
 
+def test_a_mapping_with_a_family_feature_names_it_where_it_cannot_be_built() -> None:
+    """A model given as a mapping (no config.json) with a feature of a 2024-2026 family is planned, but trace and run
+    have no config to build it from: the refusal names the fields that stand in the way."""
+    from trainplan.model import ModelArch, UnsupportedArchitecture, hf_model_type
+
+    plain = ModelArch(layers=2, hidden=64, heads=4, ffn_hidden=96, vocab=101)
+    assert plain.plain and plain.features == [] and hf_model_type(plain) == "llama"
+    cohere_like = plain.model_copy(update={"norm": "layernorm", "block_norms": 1, "qk_norm": "each_head"})
+    assert cohere_like.features == ["qk_norm", "block_norms"]
+    with pytest.raises(UnsupportedArchitecture, match=r"\(qk_norm, block_norms\) is planned, not built"):
+        hf_model_type(cohere_like)
+
+
 def test_a_null_or_differing_value_is_refused_by_name() -> None:
     """Values transformers cannot build, or that trainplan reads as one, are refused naming the key: a null head_dim
     (MiniMax-M2), a null max_window_layers beside a window (dots.llm1), Seed-OSS's two dropouts differing; and a

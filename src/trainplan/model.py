@@ -194,13 +194,18 @@ class ModelArch(BaseModel):
         return self.layers - self.moe_layers
 
     @property
+    def features(self) -> list[str]:
+        """The fields set beyond the Llama / GPT-2 / BERT / T5 shapes that :func:`hf_config` can write back."""
+        defaults = {"block_norms": 2}
+        names = ("moe", "mla", "attention_bias", "qk_norm", "attention_sinks", "block_norms", "sliding_layers",
+                 "norm_fp32_weight", "post_norms", "norm_bias", "norm_python", "final_logit_softcap",
+                 "attention_softcap", "mtp_layers", "nope_layers")  # fmt: skip
+        return [n for n in names if getattr(self, n) not in (defaults.get(n), None, False, 0)]
+
+    @property
     def plain(self) -> bool:
         """No feature beyond the Llama / GPT-2 / BERT / T5 shapes that :func:`hf_config` can write back."""
-        return (self.moe is None and self.mla is None and self.attention_bias is None and self.qk_norm is None
-                and not self.attention_sinks and self.block_norms == 2 and not self.sliding_layers and not self.norm_fp32_weight
-                and not self.post_norms and self.norm_bias is None and not self.norm_python
-                and self.final_logit_softcap is None and self.attention_softcap is None and not self.mtp_layers
-                and not self.nope_layers)  # fmt: skip
+        return not self.features
 
     # ------------------------------------------------------------------ derived counts
 
@@ -263,9 +268,8 @@ def hf_model_type(arch: ModelArch) -> str:
         return source_config(arch)["model_type"]
     if not arch.plain:
         raise UnsupportedArchitecture(
-            f"{arch.hf_model_type or 'this'} architecture (mixture of experts, latent attention, sliding windows, "
-            "q/k norms, attention biases or NoPE layers) is planned, not built: trace and run build Llama-style and GPT-2-style "
-            "decoders only"
+            f"{arch.hf_model_type or 'this'} architecture ({', '.join(arch.features)}) is planned, not built: without "
+            "its config.json, trace and run build Llama-style and GPT-2-style decoders only"
         )
     if arch.arch == "decoder" and arch.position == "rope" and arch.norm == "rmsnorm" and arch.mlp == "swiglu":
         return "llama"
