@@ -88,6 +88,7 @@ VARIANTS = [
     {"model_type": "ernie4_5", **TINY, "head_dim": 16, "tie_word_embeddings": False},
     {"model_type": "hunyuan_v1_moe", **TINY, "head_dim": 16, "num_experts": 4, "moe_topk": [2] * 4, "attention_bias": True,
      "moe_intermediate_size": [96] * 4, "num_shared_expert": [1] * 4, "use_mixed_mlp_moe": True, "use_qk_norm": True},
+    {"model_type": "nanochat", **TINY, "attention_bias": True, "final_logit_softcapping": None, "tie_word_embeddings": True},
     {"model_type": "cohere", **TINY, "use_qk_norm": True, "attention_bias": True, "tie_word_embeddings": False},
     {"model_type": "cohere", **TINY, "head_dim": 32, "logit_scale": 0.5},
     {"model_type": "cohere2", **TINY, "sliding_window": 8, "sliding_window_pattern": 2, "attention_bias": True},
@@ -329,6 +330,23 @@ def test_hunyuan_moe_reads_its_per_layer_lists_where_they_agree() -> None:
                        ("use_mixed_mlp_moe", False), ("attention_head_dim", 64)):  # fmt: skip
         with pytest.raises(ConfigRefused, match=key):
             arch_from_hf_config({**HUNYUAN_A13B, key: value})
+
+
+def test_nanochat_reads_its_weightless_norms() -> None:
+    """nanochat's norms have no weight (no parameters; an RMSNorm only), one more normalises the embedding's output,
+    its logits are soft-capped at 15 unless the config says otherwise; the d20 shape (1280 wide, 20 layers, a 65,536
+    vocabulary) reads 560,988,160 parameters, as transformers builds it (nanochat's README: 561M)."""
+    from trainplan.model import ModelArch
+
+    d20 = {"model_type": "nanochat", "hidden_size": 1280, "intermediate_size": 5120, "num_hidden_layers": 20,
+           "num_attention_heads": 10, "vocab_size": 65536}  # fmt: skip
+    arch = arch_from_hf_config(d20)
+    assert (arch.norm_weight, arch.embedding_norm, arch.qk_norm, arch.mlp, arch.final_logit_softcap) == (False, True, "head", "gelu", 15.0)
+    assert param_counts(arch).total == transformers_param_count(d20) == 560_988_160
+    weighted = param_counts(arch.model_copy(update={"norm_weight": True})).total
+    assert weighted - param_counts(arch).total == 1280 * (2 * 20 + 1) + 2 * 128 * 20  # block, final and q/k norm weights
+    with pytest.raises(ValidationError, match="norm_weight"):
+        ModelArch(layers=2, hidden=64, heads=4, ffn_hidden=96, vocab=101, norm="layernorm", norm_weight=False)
 
 
 def test_a_mapping_with_a_family_feature_names_it_where_it_cannot_be_built() -> None:

@@ -479,6 +479,22 @@ def _read_nemotron(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[st
     return out, COMMON_KEYS | {"attention_bias", "mlp_bias"}
 
 
+def _read_nanochat(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """nanochat (``NanoChatForCausalLM``, karpathy/nanochat-d20 / d32): Llama's attention with q and k normalised per
+    head after the rotary embedding, a two-matrix MLP (``fc1``, ``fc2``, no bias) under ReLU², RMSNorms without a
+    weight (``Llama4TextWeightlessRMSNorm``: no parameters; they keep what a frozen Llama norm keeps — measured,
+    ``tests/estimate/test_norm_saves.py``) on the block, on q and k, on the embedding's output and before the head, an
+    untied head and its logits soft-capped at ``final_logit_softcapping`` (15 when left out); ``attention_bias`` puts
+    biases on q, k, v and o (transformers 5.25 ``modular_nanochat.py``)."""
+    out = _llama_like(cfg, mt)
+    out.update(mlp="gelu", qk_norm="head", norm_weight=False, embedding_norm=True,
+               gelu_python=cfg.get("hidden_act") in PYTHON_GELUS)  # fmt: skip
+    cap = cfg.get("final_logit_softcapping", 15.0)
+    if cap:
+        out["final_logit_softcap"] = float(cap)
+    return out, COMMON_KEYS | {"attention_bias", "mlp_bias", "final_logit_softcapping"}
+
+
 def _read_cohere(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
     """Cohere Command R / R+ (``CohereForCausalLM``) and Command R7B / A (``Cohere2ForCausalLM``): one LayerNorm a block,
     without a bias and written as fp32 Python arithmetic (``CohereLayerNorm``), whose output attention and the gated
@@ -864,6 +880,7 @@ READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str
     "gemma3_text": _read_gemma3_text,
     "phi3": _read_phi3,
     "cohere": _read_cohere,
+    "nanochat": _read_nanochat,
     "cohere2": _read_cohere,
     "glm": _read_glm,
     "glm4": _read_glm,

@@ -144,6 +144,11 @@ class ModelArch(BaseModel):
     # Cohere: the LayerNorm is fp32 Python arithmetic (``CohereLayerNorm``: centre, variance, rsqrt, weight product),
     # which keeps fp32 intermediates where a fused LayerNorm keeps its input; on q and k too where it normalises them
     norm_python: bool = False
+    # nanochat: the RMSNorms (of the block, of q and k, the final one) have no weight — no parameters, and they keep what
+    # a norm whose weight does not train keeps
+    norm_weight: bool = True
+    # nanochat: the embedding's output is normalised (by the final norm's module, weightless) before the first block
+    embedding_norm: bool = False
     sliding_window: PositiveInt | None = None
     sliding_layers: Annotated[int, Field(ge=0)] = 0  # how many layers attend within sliding_window
     nope_layers: Annotated[int, Field(ge=0)] = 0  # SmolLM3: layers that apply no rotary embedding (NoPE)
@@ -168,6 +173,8 @@ class ModelArch(BaseModel):
             raise ValueError(f"norm_bias applies to a LayerNorm; the model's norm is {self.norm}")
         if self.norm_python and (self.norm != "layernorm" or self.bias or self.norm_bias):
             raise ValueError("norm_python is modelled for a LayerNorm without a bias (Cohere's)")
+        if not self.norm_weight and (self.norm != "rmsnorm" or self.norm_fp32_weight or self.qk_norm not in (None, "head")):
+            raise ValueError("norm_weight: false is modelled for RMSNorms only (nanochat's), with q/k norms per head if any")
         if self.sliding_layers and self.sliding_window is None:
             raise ValueError("sliding_layers needs sliding_window")
         if self.sliding_layers > self.layers:
@@ -196,11 +203,11 @@ class ModelArch(BaseModel):
     @property
     def features(self) -> list[str]:
         """The fields set beyond the Llama / GPT-2 / BERT / T5 shapes that :func:`hf_config` can write back."""
-        defaults = {"block_norms": 2}
         names = ("moe", "mla", "attention_bias", "qk_norm", "attention_sinks", "block_norms", "sliding_layers",
-                 "norm_fp32_weight", "post_norms", "norm_bias", "norm_python", "final_logit_softcap",
-                 "attention_softcap", "mtp_layers", "nope_layers")  # fmt: skip
-        return [n for n in names if getattr(self, n) not in (defaults.get(n), None, False, 0)]
+                 "norm_fp32_weight", "post_norms", "norm_bias", "norm_python", "norm_weight", "embedding_norm",
+                 "final_logit_softcap", "attention_softcap", "mtp_layers", "nope_layers")  # fmt: skip
+        fields = type(self).model_fields
+        return [n for n in names if getattr(self, n) != fields[n].default]
 
     @property
     def plain(self) -> bool:

@@ -74,6 +74,18 @@ def test_each_family_norm_keeps_what_the_estimate_counts(mt: str, trainable: boo
     assert _per_token(norm, hidden) == expected
 
 
+def test_a_weightless_norm_keeps_what_a_frozen_one_keeps() -> None:
+    """nanochat's RMSNorm has no weight (``x.float() * rsqrt(mean(x²) + eps)``, cast back): it keeps the fp32 copy of
+    its input and the rstd — what a Llama norm with a frozen weight keeps, which the estimate counts for it."""
+    from transformers.models.nanochat.modeling_nanochat import NanoChatRMSNorm
+
+    arch = arch_from_hf_config({"model_type": "nanochat", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
+                                "vocab_size": 101, "intermediate_size": 96})  # fmt: skip
+    assert not arch.norm_weight
+    expected = norm_saved_bytes_per_token(64, arch.norm, Precision.BF16, weight_trainable=False)
+    assert _per_token(NanoChatRMSNorm(eps=1e-6), 64) == expected == 4 * 64 + 4
+
+
 def _saved_by_loss_step(cfg: dict, batch: int = 2) -> int:
     """benchmarks/lora_saved_bytes.py ``loss_step_saved_bytes``: what a bf16 training forward pass with its loss keeps."""
     import sys
@@ -217,7 +229,7 @@ FAMILIES = {
     "dots1": {"head_dim": 16, "n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2,
               "moe_intermediate_size": 16, "first_k_dense_replace": 1},
     "cohere": {"use_qk_norm": True, "logit_scale": 0.5}, "cohere2": {"sliding_window": 64},
-    "hunyuan_v1_moe": {"head_dim": 16, "num_experts": 4, "moe_topk": 2},
+    "hunyuan_v1_moe": {"head_dim": 16, "num_experts": 4, "moe_topk": 2}, "nanochat": {"num_key_value_heads": 2},
 }  # fmt: skip
 
 

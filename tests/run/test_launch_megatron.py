@@ -126,6 +126,8 @@ SMALL = {"layers": 4, "hidden": 256, "heads": 8, "kv_heads": 2, "ffn_hidden": 10
     ({"model": ModelArch(**SMALL, norm="layernorm", block_norms=1)}, "one norm a block read by attention and the MLP"),
     ({"model": ModelArch(**SMALL, norm="layernorm", norm_python=True)}, "fp32 Python LayerNorms (Cohere)"),
     ({"model": ModelArch(**SMALL, qk_norm="each_head")}, "with a weight per head"),  # Cohere
+    ({"model": ModelArch(**SMALL, norm_weight=False)}, "norms have no weight"),  # nanochat
+    ({"model": ModelArch(**SMALL, embedding_norm=True)}, "a norm of the embedding's output"),  # nanochat
     ({"precision": Precision.BF16_PURE}, "bf16-pure has no equivalent"),
     ({"knobs": StackKnobs()}, "set knobs.selective_recompute: attention-core"),  # plain's selective keeps matmuls
     ({"strategy": Strategy.FSDP}, "pick a ddp or zero1 option"),

@@ -120,7 +120,9 @@ def expert_tensor_shapes(a: ModelArch) -> dict[str, tuple[int, int, int]]:
 
 def _norm_params(a: ModelArch) -> int:
     """A LayerNorm has a weight and (when the model uses biases, or ``norm_bias`` says so) a bias; an RMSNorm a weight
-    only (MPT: no bias)."""
+    only (MPT: no bias), or nothing (nanochat: ``norm_weight`` false)."""
+    if not a.norm_weight:  # nanochat's weightless RMSNorms
+        return 0
     biased = a.bias if a.norm_bias is None else a.norm_bias
     return a.hidden * (2 if a.norm == "layernorm" and biased else 1)
 
@@ -136,7 +138,7 @@ def _attention_other(a: ModelArch, shapes: dict[str, tuple[int, int]]) -> int:
     elif a.attention_bias == "qkvo":
         n += q_out + 2 * kv_out + h
     if a.qk_norm == "head":
-        n += 2 * _head_dim(a)
+        n += 2 * _head_dim(a) if a.norm_weight else 0
     elif a.qk_norm in ("full", "each_head"):  # one weight per element: over the full width, or each head its own
         n += q_out + kv_out
     if a.attention_sinks:

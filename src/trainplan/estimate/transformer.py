@@ -262,7 +262,8 @@ def layer_split(job: TransformerJob, arch: ModelArch, k: Knobs, ffn_hidden: int)
     """One block's activations as (outside, inside) the tensor-parallel regions (``memory.layer_activation_bytes``);
     MLA's latents and Gemma's extra norms are full-width and stay outside.  Under a PyTorch selective-checkpointing
     policy a block keeps its matmul outputs instead (:func:`_selective_split`)."""
-    tokens, trainable, fp32_weight = job.seq_len * job.micro_batch, job.lora_spec is None, norm_fp32_weight(arch, k)
+    tokens, fp32_weight = job.seq_len * job.micro_batch, norm_fp32_weight(arch, k)
+    trainable = job.lora_spec is None and arch.norm_weight  # a weightless norm keeps what a frozen one keeps
     fused_norms = norm_is_fused(arch.norm, compiled=k.compile, fused_kernels=k.fused_kernels)
     extra = tokens * (mla_latent_bytes_per_token(arch, job.precision, trainable=trainable, compiled=fused_norms)
                       + block_norm_extra_bytes_per_token(arch, job.precision, trainable=trainable, fp32_weight=fp32_weight))
@@ -287,7 +288,7 @@ def layer_split(job: TransformerJob, arch: ModelArch, k: Knobs, ffn_hidden: int)
         checkpointing=_block_checkpointing(job, k),
         compiled=k.compile,
         dropout=arch.dropout > 0,
-        frozen_norms=job.lora_spec is not None,
+        frozen_norms=not trainable,
         norm_fp32_weight=fp32_weight,
         norm_python=arch.norm_python,
         shared_norm=arch.block_norms == 1,
@@ -712,13 +713,14 @@ def _keeps_matmul_outputs(job: TransformerJob, k: Knobs) -> bool:
 
 
 def head_activation_bytes(job: TransformerJob, arch: ModelArch, knobs: Knobs | None = None) -> float:
-    """The final norm, the output projection's input, and the logits and loss as the loss is computed."""
+    """The final norm, the output projection's input, and the logits and loss as the loss is computed; and nanochat's
+    norm of the embedding output (``embedding_norm``: what a frozen norm keeps, once a micro-batch)."""
     k = knobs or Knobs(stack=job.stack)
     tokens = job.seq_len * job.micro_batch
-    head = tokens * (norm_saved_bytes_per_token(arch.hidden, arch.norm, job.precision, compiled=k.compile,
-                                                weight_trainable=job.lora_spec is None, fp32_weight=norm_fp32_weight(arch, k),
-                                                python=arch.norm_python)
-                     + arch.hidden * job.precision.compute_bytes)  # fmt: skip
+    final_norm = norm_saved_bytes_per_token(arch.hidden, arch.norm, job.precision, compiled=k.compile,
+                                            weight_trainable=job.lora_spec is None and arch.norm_weight,
+                                            fp32_weight=norm_fp32_weight(arch, k), python=arch.norm_python)
+    head = tokens * (final_norm * (2 if arch.embedding_norm else 1) + arch.hidden * job.precision.compute_bytes)
     if arch.has_lm_head:
         head += logits_bytes(seq_len=job.seq_len, micro_batch=job.micro_batch, vocab=arch.vocab, precision=job.precision,
                              hidden=arch.hidden, loss=k.loss, chunks=k.loss_chunks, compiled=k.compile_loss,
@@ -832,6 +834,7 @@ def model_split(job: TransformerJob, m: TransformerModel, knobs: Knobs) -> Model
     tokens, e = job.seq_len * job.micro_batch, job.precision.compute_bytes
     head = head_activation_bytes(job, arch, knobs)
     head_replicated = tokens * (norm_saved_bytes_per_token(arch.hidden, arch.norm, job.precision, compiled=knobs.compile,
+                                                           weight_trainable=arch.norm_weight,
                                                            fp32_weight=norm_fp32_weight(arch, knobs), python=arch.norm_python)
                                 + arch.hidden * e)  # fmt: skip
     c = m.counts

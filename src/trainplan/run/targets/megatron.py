@@ -89,10 +89,14 @@ def check(plan: LaunchPlan) -> ModelArch:
         "post_norms": "norms after attention and the MLP instead of before them (OLMo 2, EXAONE 4)",
         "norm_fp32_weight": "norms that multiply their weight in fp32 (Gemma, gpt-oss, OLMo 2)",
         "norm_python": "fp32 Python LayerNorms (Cohere)",
+        "embedding_norm": "a norm of the embedding's output (nanochat)",
     }  # fmt: skip
     for field, what in refused.items():
         if getattr(arch, field):
             raise unsupported(plan, f"the model has {what} ({field}), which this Megatron-LM rendering has no switch for")
+    if not arch.norm_weight:
+        raise unsupported(plan, "the model's norms have no weight (nanochat: norm_weight false), which this Megatron-LM "
+                                "rendering has no switch for")  # fmt: skip
     if arch.qk_norm in ("full", "each_head"):
         raise unsupported(plan, "the model normalises q and k over the full width (OLMoE) or with a weight per head "
                                 "(Cohere); Megatron's --qk-layernorm normalises each head with one shared weight")  # fmt: skip
