@@ -89,6 +89,13 @@ VARIANTS = [
     {"model_type": "hunyuan_v1_moe", **TINY, "head_dim": 16, "num_experts": 4, "moe_topk": [2] * 4, "attention_bias": True,
      "moe_intermediate_size": [96] * 4, "num_shared_expert": [1] * 4, "use_mixed_mlp_moe": True, "use_qk_norm": True},
     {"model_type": "nanochat", **TINY, "attention_bias": True, "final_logit_softcapping": None, "tie_word_embeddings": True},
+    {"model_type": "internlm3", **TINY, "head_dim": 32, "qkv_bias": True, "bias": True},
+    {"model_type": "iquestcoder", **TINY, "head_dim": 16, "attention_bias": True, "tie_word_embeddings": True},
+    {"model_type": "solar_open", **TINY, "head_dim": 16, "n_routed_experts": 4, "num_experts_per_tok": 2,
+     "moe_intermediate_size": 24, "n_shared_experts": 2, "attention_bias": True},
+    {"model_type": "glm4_moe_lite", **TINY, "num_key_value_heads": 4, "n_routed_experts": 4, "num_experts_per_tok": 2,
+     "moe_intermediate_size": 16, "q_lora_rank": None, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4,
+     "v_head_dim": 12, "mlp_layer_types": ["dense", "sparse", "dense", "sparse"], "num_nextn_predict_layers": 1},
     {"model_type": "cohere", **TINY, "use_qk_norm": True, "attention_bias": True, "tie_word_embeddings": False},
     {"model_type": "cohere", **TINY, "head_dim": 32, "logit_scale": 0.5},
     {"model_type": "cohere2", **TINY, "sliding_window": 8, "sliding_window_pattern": 2, "attention_bias": True},
@@ -330,6 +337,25 @@ def test_hunyuan_moe_reads_its_per_layer_lists_where_they_agree() -> None:
                        ("use_mixed_mlp_moe", False), ("attention_head_dim", 64)):  # fmt: skip
         with pytest.raises(ConfigRefused, match=key):
             arch_from_hf_config({**HUNYUAN_A13B, key: value})
+
+
+def test_llama_subclasses_solar_open_and_glm_lite_read_their_defaults_and_refuse_the_rest() -> None:
+    """InternLM3 and IQuest-Coder build as Llamas (head_dim 128 when left out; InternLM3's two bias switches must
+    agree); Solar Open's and GLM-4.x Lite's class defaults read as transformers builds them — Solar-Open-100B's shape
+    102.65B total (published 102B) and GLM-4.x Lite's 29.9B with 3.58B matmul weights a token (30B-A3B) — and keys they
+    dropped are refused where they would describe a layer transformers does not build."""
+    counts = {mt: param_counts(arch_from_hf_config(_default(mt))) for mt in ("internlm3", "iquestcoder", "solar_open", "glm4_moe_lite")}
+    assert counts["internlm3"].total == 8_804_241_408 and counts["iquestcoder"].total == 39_794_283_520
+    assert counts["solar_open"].total == 102_651_793_408 and counts["glm4_moe_lite"].total == 29_943_390_976
+    assert 3.5e9 < counts["glm4_moe_lite"].matmul_per_token < 3.6e9
+    assert arch_from_hf_config({"model_type": "internlm3", **TINY}).head_dim == 128
+    for cfg, key in (({"model_type": "internlm3", **TINY, "qkv_bias": True}, "qkv_bias"),
+                     ({**_default("solar_open"), "first_k_dense_replace": 1}, "first_k_dense_replace"),
+                     ({**_default("solar_open"), "use_qk_norm": True}, "use_qk_norm"),
+                     ({**_default("glm4_moe_lite"), "mlp_layer_types": ["dense"] * 3}, "mlp_layer_types"),
+                     ({**_default("glm4_moe_lite"), "head_dim": 128}, "head_dim")):  # fmt: skip
+        with pytest.raises(ConfigRefused, match=key):
+            arch_from_hf_config(cfg)
 
 
 def test_nanochat_reads_its_weightless_norms() -> None:

@@ -176,6 +176,23 @@ def _read_llama(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]
     return _llama_like(cfg, mt), COMMON_KEYS | {"attention_bias", "mlp_bias"}
 
 
+def _read_llama_subclass(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """InternLM3 (``internlm3``) and IQuest-Coder (``iquestcoder``): ``LlamaConfig`` subclasses that transformers builds
+    as ``LlamaForCausalLM``, with ``head_dim`` 128 when left out (their config classes' default). InternLM3 names its
+    biases ``qkv_bias`` (q, k, v and o: ``attention_bias``) and ``bias`` (the MLP: ``mlp_bias``), which must agree
+    (``InternLM3Config.validate_architecture``); both on is a bias on every projection."""
+    cfg = _head_dim_or(cfg, mt, 128, "LlamaAttention")
+    if mt != "internlm3":
+        return _llama_like(cfg, mt), COMMON_KEYS | {"attention_bias", "mlp_bias"}
+    attention = bool(_first(cfg, "attention_bias", "qkv_bias", default=False))
+    mlp = bool(_first(cfg, "mlp_bias", "bias", default=False))
+    if attention != mlp:
+        raise ConfigRefused(f"{mt} config qkv_bias ({attention}) and bias ({mlp}) differ, which transformers does not build")
+    out = _llama_like({k: v for k, v in cfg.items() if k not in ("attention_bias", "mlp_bias")}, mt)
+    out["bias"] = attention
+    return out, COMMON_KEYS | {"attention_bias", "mlp_bias", "qkv_bias", "bias"}
+
+
 def _read_granite(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
     """IBM Granite 3.x and PowerLM (``GraniteForCausalLM``): Llama's layers and four scalars — the embedding, the
     attention scores, each block's residual branch and the logits multiplied or divided by a constant
@@ -684,6 +701,54 @@ def _read_glm4_moe(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[st
                                "first_k_dense_replace", "num_nextn_predict_layers", "num_mtp_layers"}  # fmt: skip
 
 
+def _read_glm4_moe_lite(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """GLM-4.x Lite (``Glm4MoeLiteForCausalLM``): DeepSeek-V3's multi-head latent attention with GLM-4.5's MoE — routed
+    and shared experts of ``moe_intermediate_size`` behind an fp32-input router — on the layers ``mlp_layer_types``
+    marks ``sparse`` (by default every layer but the first), a dense MLP of ``intermediate_size`` on the ``dense`` ones,
+    and DeepSeek-V3's multi-token-prediction layer where ``num_nextn_predict_layers`` says so (its checkpoint's layer
+    past the last, which transformers does not build: counted as for GLM-4.5). ``head_dim`` is this config's alias of
+    ``qk_rope_head_dim`` (its ``attribute_map``); the two must agree. transformers 5.25 ``modular_glm4_moe_lite.py``."""
+    n = _need(cfg, "num_hidden_layers", mt)
+    types = cfg.get("mlp_layer_types") or ["dense"] + ["sparse"] * (n - 1)
+    if len(types) != n or any(t not in ("dense", "sparse") for t in types):
+        raise ConfigRefused(f"{mt} config mlp_layer_types: one of dense, sparse per layer ({n}) is modelled")
+    if cfg.get("head_dim") not in (None, cfg.get("qk_rope_head_dim", cfg.get("head_dim"))):
+        raise ConfigRefused(f"{mt} config head_dim ({cfg['head_dim']}) is qk_rope_head_dim's alias and differs from it")
+    rope = _first(cfg, "qk_rope_head_dim", "head_dim")
+    cfg = {k: v for k, v in cfg.items() if k not in ("mlp_layer_types", "head_dim", "first_k_dense_replace")}
+    out, keys = _read_deepseek({**cfg, "qk_rope_head_dim": rope, "n_shared_experts": cfg.get("n_shared_experts", 1)}, mt)
+    assert out.get("moe") is not None or not cfg.get("n_routed_experts")
+    if out.get("moe") is not None:
+        dense = tuple(i for i, t in enumerate(types) if t == "dense")
+        if len(dense) == n:
+            raise ConfigRefused(f"{mt} config mlp_layer_types: every layer dense; give at least one sparse layer")
+        out["moe"] = out["moe"].model_copy(update={"dense_layers": dense})
+    return out, keys | {"mlp_layer_types", "head_dim"}
+
+
+def _read_solar_open(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """Solar Open (``SolarOpenForCausalLM``, Upstage Solar-Open-100B): Llama's attention — ``attention_bias`` on q, k and
+    v, never on o — and GLM-4.5's MoE on every layer: ``n_routed_experts`` routed experts and ``n_shared_experts``
+    shared ones of ``moe_intermediate_size`` behind a sigmoid router (an fp32 copy of its input, as GLM-4.5's); no
+    dense layer, no q/k norm, no multi-token-prediction layer (``SolarOpenConfig`` drops ``intermediate_size``,
+    ``first_k_dense_replace``, ``use_qk_norm`` and ``num_mtp_layers``; a config that still sets them to something
+    transformers would have to build is refused). transformers 5.25 ``modular_solar_open.py``."""
+    cfg = {"head_dim": 128, **cfg}  # SolarOpenConfig's default
+    _no(cfg, mt, "first_k_dense_replace")
+    _no(cfg, mt, "use_qk_norm")
+    _no(cfg, mt, "num_nextn_predict_layers")
+    _no(cfg, mt, "num_mtp_layers")
+    out = _common(cfg, mt)
+    experts = _first(cfg, "n_routed_experts", "num_local_experts", default=128)
+    fe = int(cfg.get("moe_intermediate_size", 1280))
+    out.update(ffn_hidden=fe, tied_embeddings=_tied(cfg, False), attention_bias="qkv" if cfg.get("attention_bias") else None,
+               moe=MoE(experts=experts, top_k=int(cfg.get("num_experts_per_tok", 8)), expert_ffn_hidden=fe,
+                       shared_ffn_hidden=int(cfg.get("n_shared_experts", 1) or 0) * fe, router_fp32=True))  # fmt: skip
+    return out, COMMON_KEYS | {"attention_bias", "n_routed_experts", "num_local_experts", "num_experts_per_tok",
+                               "moe_intermediate_size", "n_shared_experts", "first_k_dense_replace", "use_qk_norm",
+                               "num_nextn_predict_layers", "num_mtp_layers"}  # fmt: skip
+
+
 def _read_granitemoe(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
     """IBM Granite 3.x MoE (``GraniteMoeForCausalLM``) and PowerMoE (``GraniteMoeSharedForCausalLM``): Granite's
     attention and multipliers (:func:`_read_granite`), every layer routing over ``num_local_experts`` gated experts of
@@ -864,6 +929,8 @@ def _read_gpt_oss(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str
 
 READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str]]]] = {
     "llama": _read_llama,
+    "internlm3": _read_llama_subclass,
+    "iquestcoder": _read_llama_subclass,
     "granite": _read_granite,
     "mistral": _read_mistral,
     "ministral": _read_ministral,
@@ -900,6 +967,8 @@ READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str
     "deepseek_v3": _read_deepseek,
     "gpt_oss": _read_gpt_oss,
     "glm4_moe": _read_glm4_moe,
+    "solar_open": _read_solar_open,
+    "glm4_moe_lite": _read_glm4_moe_lite,
     "granitemoe": _read_granitemoe,
     "granitemoeshared": _read_granitemoe,
     "dots1": _read_dots1,
