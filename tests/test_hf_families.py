@@ -90,6 +90,9 @@ VARIANTS = [
      "moe_intermediate_size": [96] * 4, "num_shared_expert": [1] * 4, "use_mixed_mlp_moe": True, "use_qk_norm": True},
     {"model_type": "nanochat", **TINY, "attention_bias": True, "final_logit_softcapping": None, "tie_word_embeddings": True},
     {"model_type": "internlm3", **TINY, "head_dim": 32, "qkv_bias": True, "bias": True},
+    {"model_type": "jais2", **TINY, "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": True},
+    {"model_type": "helium", **TINY, "head_dim": 16, "attention_bias": True, "tie_word_embeddings": True},
+    {"model_type": "vaultgemma", **TINY, "head_dim": 32, "sliding_window": 8, "final_logit_softcapping": None},
     {"model_type": "iquestcoder", **TINY, "head_dim": 16, "attention_bias": True, "tie_word_embeddings": True},
     {"model_type": "solar_open", **TINY, "head_dim": 16, "n_routed_experts": 4, "num_experts_per_tok": 2,
      "moe_intermediate_size": 24, "n_shared_experts": 2, "attention_bias": True},
@@ -341,7 +344,8 @@ def test_hunyuan_moe_reads_its_per_layer_lists_where_they_agree() -> None:
 
 def test_llama_subclasses_solar_open_and_glm_lite_read_their_defaults_and_refuse_the_rest() -> None:
     """InternLM3 and IQuest-Coder build as Llamas (head_dim 128 when left out; InternLM3's two bias switches must
-    agree); Solar Open's and GLM-4.x Lite's class defaults read as transformers builds them — Solar-Open-100B's shape
+    agree, as Jais 2's); Jais 2's LayerNorms keep their bias, VaultGemma is Gemma 2 with two norms a block, and a
+    Helium whose heads do not span the width (its output projection takes hidden_size inputs) is refused; Solar Open's and GLM-4.x Lite's class defaults read as transformers builds them — Solar-Open-100B's shape
     102.65B total (published 102B) and GLM-4.x Lite's 29.9B with 3.58B matmul weights a token (30B-A3B) — and keys they
     dropped are refused where they would describe a layer transformers does not build."""
     counts = {mt: param_counts(arch_from_hf_config(_default(mt))) for mt in ("internlm3", "iquestcoder", "solar_open", "glm4_moe_lite")}
@@ -349,11 +353,16 @@ def test_llama_subclasses_solar_open_and_glm_lite_read_their_defaults_and_refuse
     assert counts["solar_open"].total == 102_651_793_408 and counts["glm4_moe_lite"].total == 29_943_390_976
     assert 3.5e9 < counts["glm4_moe_lite"].matmul_per_token < 3.6e9
     assert arch_from_hf_config({"model_type": "internlm3", **TINY}).head_dim == 128
+    jais2 = arch_from_hf_config({"model_type": "jais2", **TINY, "attention_bias": False, "mlp_bias": False})
+    assert (jais2.norm, jais2.bias, jais2.norm_bias) == ("layernorm", False, True)  # nn.LayerNorm keeps its bias
+    assert arch_from_hf_config(_default("vaultgemma")).block_norms == 2  # Gemma 2 without its post-norms
     for cfg, key in (({"model_type": "internlm3", **TINY, "qkv_bias": True}, "qkv_bias"),
                      ({**_default("solar_open"), "first_k_dense_replace": 1}, "first_k_dense_replace"),
                      ({**_default("solar_open"), "use_qk_norm": True}, "use_qk_norm"),
                      ({**_default("glm4_moe_lite"), "mlp_layer_types": ["dense"] * 3}, "mlp_layer_types"),
-                     ({**_default("glm4_moe_lite"), "head_dim": 128}, "head_dim")):  # fmt: skip
+                     ({**_default("glm4_moe_lite"), "head_dim": 128}, "head_dim"),
+                     ({"model_type": "jais2", **TINY, "mlp_bias": False}, "mlp_bias"),
+                     ({"model_type": "helium", **TINY}, "head_dim 128 x 4 heads")):  # fmt: skip
         with pytest.raises(ConfigRefused, match=key):
             arch_from_hf_config(cfg)
 

@@ -367,6 +367,15 @@ def _read_gemma2(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]
                                "use_bidirectional_attention"}
 
 
+def _read_vaultgemma(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """VaultGemma (``VaultGemmaForCausalLM``): Gemma 2's layers without the two post-norms (``VaultGemmaDecoderLayer``
+    deletes them: two norms a block), its attention soft-capped, alternating sliding layers and the final logits
+    soft-capped (transformers 5.25 ``modular_vaultgemma.py``)."""
+    out, keys = _read_gemma2(cfg, mt)
+    out["block_norms"] = 2
+    return out, keys
+
+
 def _read_gemma3_text(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
     """Gemma 3 text (``Gemma3ForCausalLM``): Gemma 2's block with per-head q/k RMSNorm instead of attention
     soft-capping, five local layers per global one (Gemma 3 report, arXiv 2503.19786, Sec. 2)."""
@@ -493,6 +502,34 @@ def _read_nemotron(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[st
     out = _common(cfg, mt)
     out.update(ffn_hidden=_need(cfg, "intermediate_size", mt), tied_embeddings=_tied(cfg, False), mlp="gelu",
                norm="layernorm", bias=attention, norm_bias=True)  # fmt: skip
+    return out, COMMON_KEYS | {"attention_bias", "mlp_bias"}
+
+
+def _read_jais2(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """Jais 2 (``Jais2ForCausalLM``): Llama's attention with ``attention_bias`` on q, k, v and o, a two-matrix ReLU² MLP
+    (``up_proj``, ``down_proj``) with ``mlp_bias``, and ``nn.LayerNorm``s, which keep their bias whatever the
+    projections do; the two bias switches (both on by default) must agree (transformers 5.25
+    ``modular_jais2.py``)."""
+    attention, mlp = bool(cfg.get("attention_bias", True)), bool(cfg.get("mlp_bias", True))
+    if attention != mlp:
+        raise ConfigRefused(f"{mt} config attention_bias ({attention}) and mlp_bias ({mlp}) differ; trainplan models "
+                            "biases on every projection or on none")  # fmt: skip
+    out = _common(cfg, mt)
+    out.update(ffn_hidden=_need(cfg, "intermediate_size", mt), tied_embeddings=_tied(cfg, False), mlp="gelu",
+               norm="layernorm", bias=attention, norm_bias=True, gelu_python=cfg.get("hidden_act") in PYTHON_GELUS)  # fmt: skip
+    return out, COMMON_KEYS | {"attention_bias", "mlp_bias"}
+
+
+def _read_helium(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """Helium (``HeliumForCausalLM``, Kyutai Helium-1): Llama's layers with ``attention_bias`` on q, k and v (its output
+    projection never has one), RMSNorms that multiply their weight in fp32 (``HeliumRMSNorm``, as OLMo 2's) and
+    ``head_dim`` 128 when left out (transformers 5.25 ``modular_helium.py``)."""
+    cfg = {"head_dim": 128, **cfg}
+    out = _llama_like({k: v for k, v in cfg.items() if k != "attention_bias"}, mt)
+    if out.get("head_dim", out["hidden"] // out["heads"]) * out["heads"] != out["hidden"]:
+        raise ConfigRefused(f"{mt} config head_dim {cfg['head_dim']} x {out['heads']} heads must equal hidden_size "
+                            f"{out['hidden']}: HeliumAttention's output projection takes hidden_size inputs")  # fmt: skip
+    out.update(attention_bias="qkv" if cfg.get("attention_bias") else None, norm_fp32_weight=True)
     return out, COMMON_KEYS | {"attention_bias", "mlp_bias"}
 
 
@@ -948,6 +985,9 @@ READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str
     "phi3": _read_phi3,
     "cohere": _read_cohere,
     "nanochat": _read_nanochat,
+    "jais2": _read_jais2,
+    "helium": _read_helium,
+    "vaultgemma": _read_vaultgemma,
     "cohere2": _read_cohere,
     "glm": _read_glm,
     "glm4": _read_glm,

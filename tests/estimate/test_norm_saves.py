@@ -232,6 +232,7 @@ FAMILIES = {
     "hunyuan_v1_moe": {"head_dim": 16, "num_experts": 4, "moe_topk": 2}, "nanochat": {"num_key_value_heads": 2},
     "internlm3": {"head_dim": 16, "qkv_bias": True, "bias": True}, "iquestcoder": {"head_dim": 16},
     "solar_open": {"head_dim": 16, "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16},
+    "jais2": {"num_key_value_heads": 4}, "helium": {}, "vaultgemma": {"head_dim": 16},
     "glm4_moe_lite": {"num_key_value_heads": 4, "n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2,
                       "moe_intermediate_size": 16, "q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 8,
                       "qk_rope_head_dim": 4, "v_head_dim": 12},
@@ -252,8 +253,8 @@ def _predicted(cfg: dict, micro_batch: int = 2) -> float:
 
 
 #: families whose query reaches SDPA heads-major (the concatenating rotary of Phi-3, the GLMs, MiniMax-M2 and Nemotron) or that attend eagerly
-#: here (Gemma 2, gpt-oss): their attention output is copied for the output projection on this CPU too (measured)
-_OUTPUT_COPIED_ON_CPU = frozenset({"phi3", "glm4_moe", "glm", "glm4", "minimax_m2", "nemotron", "gemma2", "gpt_oss"})
+#: here (Gemma 2, VaultGemma, gpt-oss): their attention output is copied for the output projection on this CPU too (measured)
+_OUTPUT_COPIED_ON_CPU = frozenset({"phi3", "glm4_moe", "glm", "glm4", "minimax_m2", "nemotron", "gemma2", "vaultgemma", "gpt_oss"})
 
 
 def _unexplained_per_token(cfg: dict) -> float:
@@ -283,6 +284,8 @@ def _gap(mt: str, hidden: int) -> float:
     """:func:`_unexplained_per_token` for the family less the same for a Llama of one shape, per layer (4 layers, bf16, SDPA
     where the family has it)."""
     extra = FAMILIES[mt]
+    if mt == "helium":  # its output projection takes hidden_size inputs: heads x head_dim must be the width
+        extra = {"head_dim": hidden // TINY["num_attention_heads"]}
     cfg = {"model_type": mt, **TINY, "hidden_size": hidden, **extra}
     llama = {"model_type": "llama", **TINY, "hidden_size": hidden, "attention_bias": False,
              **{k: v for k, v in extra.items() if k in ("head_dim", "num_key_value_heads")}}  # fmt: skip

@@ -322,12 +322,13 @@ def test_megatron_core_reads_a_config_json_render(tmp_path: Path) -> None:
 
 
 def test_a_two_matrix_mlp_renders_its_own_activation(tmp_path: Path) -> None:
-    """Megatron's default MLP activation is GELU: StarCoder2's tanh-approximated GELU renders --openai-gelu, Arcee's
-    ReLU² --squared-relu (each its config class's default when the key is left out), GPT-NeoX's GELU nothing; an
+    """Megatron's default MLP activation is GELU: StarCoder2's tanh-approximated GELU renders --openai-gelu, Arcee's and
+    Jais 2's ReLU² --squared-relu (each its config class's default when the key is left out), GPT-NeoX's GELU nothing; an
     activation Megatron's GPT does not build (a plain ReLU) is refused."""
     base = {"hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 8,
             "vocab_size": 1000, "pad_token_id": 0, "bos_token_id": 0, "eos_token_id": 0}  # fmt: skip
     cases = {"starcoder2": ({"num_key_value_heads": 2}, "--openai-gelu"), "arcee": ({"num_key_value_heads": 2}, "--squared-relu"),
+             "jais2": ({"num_key_value_heads": 2}, "--squared-relu"),
              "gpt_neox": ({"use_parallel_residual": False, "rotary_pct": 0.25, "rotary_emb_base": 10000}, None)}  # fmt: skip
     for mt, (extra, switch) in cases.items():
         (tmp_path / mt).mkdir()

@@ -123,7 +123,7 @@ _MEGATRON_LLAMA3 = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_m
 #: arguments.py: GELU by default — F.gelu —, ``--openai-gelu`` its tanh approximation, ``--squared-relu`` ReLU²)
 _TWO_MATRIX_ACTIVATIONS = {"gelu": [], "gelu_pytorch_tanh": ["--openai-gelu"], "relu2": ["--squared-relu"]}
 #: what a family's config class defaults ``hidden_act`` to, where a config.json may leave it out (transformers 5.25)
-_DEFAULT_ACTIVATION = {"starcoder2": "gelu_pytorch_tanh", "gpt_neox": "gelu", "arcee": "relu2", "nemotron": "relu2",
+_DEFAULT_ACTIVATION = {"starcoder2": "gelu_pytorch_tanh", "gpt_neox": "gelu", "arcee": "relu2", "nemotron": "relu2", "jais2": "relu2",
                        "gemma": "gelu_pytorch_tanh", "gemma2": "gelu_pytorch_tanh", "gemma3_text": "gelu_pytorch_tanh"}  # fmt: skip
 
 
