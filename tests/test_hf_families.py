@@ -91,6 +91,8 @@ VARIANTS = [
     {"model_type": "nanochat", **TINY, "attention_bias": True, "final_logit_softcapping": None, "tie_word_embeddings": True},
     {"model_type": "internlm3", **TINY, "head_dim": 32, "qkv_bias": True, "bias": True},
     {"model_type": "jais2", **TINY, "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": True},
+    {"model_type": "youtu", **TINY, "num_key_value_heads": 4, "q_lora_rank": None, "kv_lora_rank": 16, "qk_nope_head_dim": 8,
+     "qk_rope_head_dim": 4, "v_head_dim": 12, "tie_word_embeddings": False},
     {"model_type": "helium", **TINY, "head_dim": 16, "attention_bias": True, "tie_word_embeddings": True},
     {"model_type": "vaultgemma", **TINY, "head_dim": 32, "sliding_window": 8, "final_logit_softcapping": None},
     {"model_type": "iquestcoder", **TINY, "head_dim": 16, "attention_bias": True, "tie_word_embeddings": True},
@@ -362,6 +364,7 @@ def test_llama_subclasses_solar_open_and_glm_lite_read_their_defaults_and_refuse
                      ({**_default("glm4_moe_lite"), "mlp_layer_types": ["dense"] * 3}, "mlp_layer_types"),
                      ({**_default("glm4_moe_lite"), "head_dim": 128}, "head_dim"),
                      ({"model_type": "jais2", **TINY, "mlp_bias": False}, "mlp_bias"),
+                     ({**_default("youtu"), "n_routed_experts": 8}, "n_routed_experts"),
                      ({"model_type": "helium", **TINY}, "head_dim 128 x 4 heads")):  # fmt: skip
         with pytest.raises(ConfigRefused, match=key):
             arch_from_hf_config(cfg)

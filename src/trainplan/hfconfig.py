@@ -738,6 +738,18 @@ def _read_glm4_moe(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[st
                                "first_k_dense_replace", "num_nextn_predict_layers", "num_mtp_layers"}  # fmt: skip
 
 
+def _read_youtu(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """Youtu-LLM (``YoutuForCausalLM``): DeepSeek-V3's multi-head latent attention in a dense Llama decoder (a gated
+    MLP of ``intermediate_size`` on every layer), the head tied by default; ``YoutuConfig`` drops DeepSeek-V3's MoE
+    keys, so a config that still sets experts or an MTP layer is refused (transformers 5.25 ``modular_youtu.py``)."""
+    for key in ("n_routed_experts", "num_nextn_predict_layers", "first_k_dense_replace", "moe_intermediate_size",
+                "n_shared_experts", "num_experts_per_tok"):  # fmt: skip
+        _no(cfg, mt, key)
+    out, keys = _read_deepseek(cfg, mt)
+    out["tied_embeddings"] = _tied(cfg, True)
+    return out, keys | {"embedding_initializer_range"}
+
+
 def _read_glm4_moe_lite(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
     """GLM-4.x Lite (``Glm4MoeLiteForCausalLM``): DeepSeek-V3's multi-head latent attention with GLM-4.5's MoE — routed
     and shared experts of ``moe_intermediate_size`` behind an fp32-input router — on the layers ``mlp_layer_types``
@@ -1009,6 +1021,7 @@ READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str
     "glm4_moe": _read_glm4_moe,
     "solar_open": _read_solar_open,
     "glm4_moe_lite": _read_glm4_moe_lite,
+    "youtu": _read_youtu,
     "granitemoe": _read_granitemoe,
     "granitemoeshared": _read_granitemoe,
     "dots1": _read_dots1,
