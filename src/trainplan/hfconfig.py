@@ -750,6 +750,19 @@ def _read_youtu(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]
     return out, keys | {"embedding_initializer_range"}
 
 
+def _read_minicpm3(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """MiniCPM3 (``MiniCPM3ForCausalLM``, MiniCPM3-4B): DeepSeek-V2's multi-head latent attention with the usual rotary
+    convention in a dense Llama decoder, the head tied by default, ``v_head_dim`` hidden ÷ heads when left out, and
+    scalar multipliers on the embedding (``scale_emb``), the residual branches (``scale_depth``) and the head's input
+    (``dim_model_base``), which keep nothing for backward but the embedding's scale buffer (transformers 5.25
+    ``modular_minicpm3.py``)."""
+    if cfg.get("v_head_dim") is None:  # MiniCPM3Config.__post_init__
+        cfg = {**cfg, "v_head_dim": _need(cfg, "hidden_size", mt) // _need(cfg, "num_attention_heads", mt)}
+    out, keys = _read_deepseek(cfg, mt)
+    out["tied_embeddings"] = _tied(cfg, True)
+    return out, keys | {"scale_emb", "scale_depth", "dim_model_base"}
+
+
 def _read_glm4_moe_lite(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
     """GLM-4.x Lite (``Glm4MoeLiteForCausalLM``): DeepSeek-V3's multi-head latent attention with GLM-4.5's MoE — routed
     and shared experts of ``moe_intermediate_size`` behind an fp32-input router — on the layers ``mlp_layer_types``
@@ -1022,6 +1035,7 @@ READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str
     "solar_open": _read_solar_open,
     "glm4_moe_lite": _read_glm4_moe_lite,
     "youtu": _read_youtu,
+    "minicpm3": _read_minicpm3,
     "granitemoe": _read_granitemoe,
     "granitemoeshared": _read_granitemoe,
     "dots1": _read_dots1,

@@ -235,6 +235,8 @@ FAMILIES = {
     "jais2": {"num_key_value_heads": 4}, "helium": {}, "vaultgemma": {"head_dim": 16},
     "youtu": {"num_key_value_heads": 4, "q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4,
               "v_head_dim": 12},
+    "minicpm3": {"num_key_value_heads": 4, "q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4,
+                 "v_head_dim": 12},
     "glm4_moe_lite": {"num_key_value_heads": 4, "n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2,
                       "moe_intermediate_size": 16, "q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 8,
                       "qk_rope_head_dim": 4, "v_head_dim": 12},
