@@ -477,6 +477,25 @@ def _read_gpt_neox(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[st
                                "is_decoder", "rotary_pct", "rotary_emb_base"}  # fmt: skip
 
 
+def _read_stablelm(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """StableLM (``StableLmForCausalLM``: StableLM-3B-4E1T, StableLM 2): grouped-query attention with rotary on
+    ``partial_rotary_factor`` of each head (a quarter by default), ``use_qkv_bias`` on q, k and v (o never), a gated
+    SiLU MLP without biases and ``nn.LayerNorm``s with their biases; with ``use_parallel_residual`` one norm a block whose
+    output attention and the MLP read side by side (``block_norms`` 1). Its per-head q/k LayerNorms
+    (``qk_layernorm``, StableLM 2 12B) and its dropouts, which fall after the MLP only, are refused (transformers 5.25
+    ``modeling_stablelm.py``)."""
+    _no(cfg, mt, "qk_layernorm")
+    for key in ("hidden_dropout", "attention_dropout"):
+        _no(cfg, mt, key, (None, 0, 0.0))
+    out = _common(cfg, mt)
+    if out.get("head_dim"):
+        raise ConfigRefused(f"{mt} config head_dim: StableLmAttention's heads are hidden_size / num_attention_heads wide")
+    out.update(ffn_hidden=_need(cfg, "intermediate_size", mt), tied_embeddings=_tied(cfg, False), norm="layernorm",
+               norm_bias=True, attention_bias="qkv" if cfg.get("use_qkv_bias") else None,
+               block_norms=1 if cfg.get("use_parallel_residual") else 2)  # fmt: skip
+    return out, COMMON_KEYS | {"use_qkv_bias", "qk_layernorm", "use_parallel_residual", "hidden_dropout"}
+
+
 def _read_arcee(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
     """Arcee AFM (``ArceeForCausalLM``, AFM-4.5B): Llama's attention with a two-matrix MLP (``up_proj``, ``down_proj``,
     no gate) under ``hidden_act`` — ReLU² by default (transformers 5.25 ``modeling_arcee.py``); ``mlp_bias`` refused.
@@ -1011,6 +1030,7 @@ READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str
     "cohere": _read_cohere,
     "nanochat": _read_nanochat,
     "jais2": _read_jais2,
+    "stablelm": _read_stablelm,
     "helium": _read_helium,
     "vaultgemma": _read_vaultgemma,
     "cohere2": _read_cohere,

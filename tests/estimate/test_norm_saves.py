@@ -233,6 +233,7 @@ FAMILIES = {
     "internlm3": {"head_dim": 16, "qkv_bias": True, "bias": True}, "iquestcoder": {"head_dim": 16},
     "solar_open": {"head_dim": 16, "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16},
     "jais2": {"num_key_value_heads": 4}, "helium": {}, "vaultgemma": {"head_dim": 16},
+    "stablelm": {"use_qkv_bias": True}, "stablelm-parallel": {"model_type": "stablelm", "use_parallel_residual": True},
     "youtu": {"num_key_value_heads": 4, "q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4,
               "v_head_dim": 12},
     "minicpm3": {"num_key_value_heads": 4, "q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4,
@@ -256,9 +257,10 @@ def _predicted(cfg: dict, micro_batch: int = 2) -> float:
     return block_activation_bytes(job, arch, k) + head_activation_bytes(job, arch, k)
 
 
-#: families whose query reaches SDPA heads-major (the concatenating rotary of Phi-3, the GLMs, MiniMax-M2 and Nemotron) or that attend eagerly
+#: families whose query reaches SDPA heads-major (the concatenating rotary of Phi-3, the GLMs, MiniMax-M2, Nemotron and StableLM) or that attend eagerly
 #: here (Gemma 2, VaultGemma, gpt-oss): their attention output is copied for the output projection on this CPU too (measured)
-_OUTPUT_COPIED_ON_CPU = frozenset({"phi3", "glm4_moe", "glm", "glm4", "minimax_m2", "nemotron", "gemma2", "vaultgemma", "gpt_oss"})
+_OUTPUT_COPIED_ON_CPU = frozenset({"phi3", "glm4_moe", "glm", "glm4", "minimax_m2", "nemotron", "gemma2", "vaultgemma", "gpt_oss",
+                                  "stablelm"})
 
 
 def _unexplained_per_token(cfg: dict) -> float:
@@ -290,7 +292,7 @@ def _gap(mt: str, hidden: int) -> float:
     extra = FAMILIES[mt]
     if mt == "helium":  # its output projection takes hidden_size inputs: heads x head_dim must be the width
         extra = {"head_dim": hidden // TINY["num_attention_heads"]}
-    cfg = {"model_type": mt, **TINY, "hidden_size": hidden, **extra}
+    cfg = {"model_type": mt, **TINY, "hidden_size": hidden, **extra}  # a variant's key names its model_type
     llama = {"model_type": "llama", **TINY, "hidden_size": hidden, "attention_bias": False,
              **{k: v for k, v in extra.items() if k in ("head_dim", "num_key_value_heads")}}  # fmt: skip
     if "kv_lora_rank" in extra:  # MLA's widths do not follow the hidden size: keep the Llama's attention fixed too

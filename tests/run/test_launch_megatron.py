@@ -296,6 +296,12 @@ def test_a_config_json_s_rotary_and_norm_settings_are_rendered(tmp_path: Path) -
     (tmp_path / "glm4_moe").mkdir()
     g = args_of(render(_from_config(tmp_path / "glm4_moe", glm)).commands[0].argv)
     assert (g["--rotary-base"], g["--rotary-percent"]) == ("1000000", "0.5") and "--norm-epsilon" not in g
+    # StableLM rotates a quarter of each head when its config leaves the key out (StableLmConfig's default)
+    (tmp_path / "stablelm").mkdir()
+    stablelm = {k: v for k, v in glm.items() if k in ("hidden_size", "intermediate_size", "num_hidden_layers",
+                                                      "num_attention_heads", "num_key_value_heads", "vocab_size")}
+    st = args_of(render(_from_config(tmp_path / "stablelm", {"model_type": "stablelm", **stablelm, "pad_token_id": 0})).commands[0].argv)
+    assert st["--rotary-percent"] == "0.25"
     (tmp_path / "qwen").mkdir()
     qwen = {k: v for k, v in LLAMA31_LIKE.items() if k not in ("rope_theta", "rope_scaling")} | {"model_type": "qwen2"}
     note = next(n for n in render(_from_config(tmp_path / "qwen", qwen)).notes if "config.json" in n)

@@ -156,8 +156,8 @@ def config_arguments(plan: LaunchPlan, arch: ModelArch) -> tuple[list[str], list
     elif arch.position == "rope":
         unsaid.append("the rotary base")
     fraction = cfg.get("partial_rotary_factor", rope.get("partial_rotary_factor", cfg.get("rotary_pct")))
-    if fraction is None:  # the config classes' defaults (transformers 5.25): GPT-NeoX 0.25, Nemotron 0.5
-        fraction = {"gpt_neox": 0.25, "nemotron": 0.5}.get(arch.hf_model_type or "")
+    if fraction is None:  # the config classes' defaults (transformers 5.25): GPT-NeoX and StableLM 0.25, Nemotron 0.5
+        fraction = {"gpt_neox": 0.25, "stablelm": 0.25, "nemotron": 0.5}.get(arch.hf_model_type or "")
     if fraction is None and cfg.get("rotary_dim"):
         fraction = cfg["rotary_dim"] / (arch.head_dim or arch.hidden // arch.heads)  # MiniMax-M2's legacy key
     if fraction is not None and float(fraction) != 1.0:
