@@ -797,13 +797,12 @@ def _read_glm4_moe_lite(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], s
         raise ConfigRefused(f"{mt} config head_dim ({cfg['head_dim']}) is qk_rope_head_dim's alias and differs from it")
     rope = _first(cfg, "qk_rope_head_dim", "head_dim")
     cfg = {k: v for k, v in cfg.items() if k not in ("mlp_layer_types", "head_dim", "first_k_dense_replace")}
+    _need(cfg, "n_routed_experts", mt)
     out, keys = _read_deepseek({**cfg, "qk_rope_head_dim": rope, "n_shared_experts": cfg.get("n_shared_experts", 1)}, mt)
-    assert out.get("moe") is not None or not cfg.get("n_routed_experts")
-    if out.get("moe") is not None:
-        dense = tuple(i for i, t in enumerate(types) if t == "dense")
-        if len(dense) == n:
-            raise ConfigRefused(f"{mt} config mlp_layer_types: every layer dense; give at least one sparse layer")
-        out["moe"] = out["moe"].model_copy(update={"dense_layers": dense})
+    dense = tuple(i for i, t in enumerate(types) if t == "dense")
+    if len(dense) == n:
+        raise ConfigRefused(f"{mt} config mlp_layer_types: every layer dense; give at least one sparse layer")
+    out["moe"] = out["moe"].model_copy(update={"dense_layers": dense})
     return out, keys | {"mlp_layer_types", "head_dim"}
 
 
