@@ -92,6 +92,7 @@ VARIANTS = [
     {"model_type": "internlm3", **TINY, "head_dim": 32, "qkv_bias": True, "bias": True},
     {"model_type": "jais2", **TINY, "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": True},
     {"model_type": "stablelm", **TINY, "use_qkv_bias": True, "use_parallel_residual": True, "tie_word_embeddings": True},
+    {"model_type": "stablelm", **TINY, "qk_layernorm": True, "use_parallel_residual": True},
     {"model_type": "minicpm3", **TINY, "num_key_value_heads": 4, "q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 8,
      "qk_rope_head_dim": 4, "tie_word_embeddings": False, "scale_emb": 10, "dim_model_base": 32},
     {"model_type": "youtu", **TINY, "num_key_value_heads": 4, "q_lora_rank": None, "kv_lora_rank": 16, "qk_nope_head_dim": 8,
@@ -363,6 +364,7 @@ def test_llama_subclasses_solar_open_and_glm_lite_read_their_defaults_and_refuse
     assert arch_from_hf_config(_default("vaultgemma")).block_norms == 2  # Gemma 2 without its post-norms
     parallel = arch_from_hf_config({"model_type": "stablelm", **TINY, "use_parallel_residual": True})
     assert (parallel.block_norms, parallel.norm_bias, parallel.norm_python) == (1, True, False)  # one native LayerNorm
+    assert arch_from_hf_config({"model_type": "stablelm", **TINY, "qk_layernorm": True}).qk_norm == "each_head"
     minicpm3 = arch_from_hf_config(_default("minicpm3"))
     assert minicpm3.mla is not None and minicpm3.mla.v_head_dim == 2560 // 40 and param_counts(minicpm3).total == 4_073_875_968
     for cfg, key in (({"model_type": "internlm3", **TINY, "qkv_bias": True}, "qkv_bias"),
@@ -371,7 +373,6 @@ def test_llama_subclasses_solar_open_and_glm_lite_read_their_defaults_and_refuse
                      ({**_default("glm4_moe_lite"), "mlp_layer_types": ["dense"] * 3}, "mlp_layer_types"),
                      ({**_default("glm4_moe_lite"), "head_dim": 128}, "head_dim"),
                      ({"model_type": "jais2", **TINY, "mlp_bias": False}, "mlp_bias"),
-                     ({"model_type": "stablelm", **TINY, "qk_layernorm": True}, "qk_layernorm"),
                      ({"model_type": "stablelm", **TINY, "hidden_dropout": 0.1}, "hidden_dropout"),
                      ({**_default("youtu"), "n_routed_experts": 8}, "n_routed_experts"),
                      ({"model_type": "helium", **TINY}, "head_dim 128 x 4 heads")):  # fmt: skip

@@ -481,10 +481,9 @@ def _read_stablelm(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[st
     """StableLM (``StableLmForCausalLM``: StableLM-3B-4E1T, StableLM 2): grouped-query attention with rotary on
     ``partial_rotary_factor`` of each head (a quarter by default), ``use_qkv_bias`` on q, k and v (o never), a gated
     SiLU MLP without biases and ``nn.LayerNorm``s with their biases; with ``use_parallel_residual`` one norm a block whose
-    output attention and the MLP read side by side (``block_norms`` 1). Its per-head q/k LayerNorms
-    (``qk_layernorm``, StableLM 2 12B) and its dropouts, which fall after the MLP only, are refused (transformers 5.25
-    ``modeling_stablelm.py``)."""
-    _no(cfg, mt, "qk_layernorm")
+    output attention and the MLP read side by side (``block_norms`` 1); with ``qk_layernorm`` (StableLM 2 12B) a
+    bias-free LayerNorm per head of q and k, each head its own (``qk_norm`` each_head). Its dropouts, which fall after the
+    MLP only, are refused (transformers 5.25 ``modeling_stablelm.py``)."""
     for key in ("hidden_dropout", "attention_dropout"):
         _no(cfg, mt, key, (None, 0, 0.0))
     out = _common(cfg, mt)
@@ -493,6 +492,8 @@ def _read_stablelm(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[st
     out.update(ffn_hidden=_need(cfg, "intermediate_size", mt), tied_embeddings=_tied(cfg, False), norm="layernorm",
                norm_bias=True, attention_bias="qkv" if cfg.get("use_qkv_bias") else None,
                block_norms=1 if cfg.get("use_parallel_residual") else 2)  # fmt: skip
+    if cfg.get("qk_layernorm"):
+        out["qk_norm"] = "each_head"
     return out, COMMON_KEYS | {"use_qkv_bias", "qk_layernorm", "use_parallel_residual", "hidden_dropout"}
 
 

@@ -234,6 +234,7 @@ FAMILIES = {
     "solar_open": {"head_dim": 16, "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16},
     "jais2": {"num_key_value_heads": 4}, "helium": {}, "vaultgemma": {"head_dim": 16},
     "stablelm": {"use_qkv_bias": True}, "stablelm-parallel": {"model_type": "stablelm", "use_parallel_residual": True},
+    "stablelm-qk-layernorm": {"model_type": "stablelm", "use_parallel_residual": True, "qk_layernorm": True},
     "youtu": {"num_key_value_heads": 4, "q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4,
               "v_head_dim": 12},
     "minicpm3": {"num_key_value_heads": 4, "q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4,

@@ -491,7 +491,8 @@ def qk_norm_bytes_per_token(arch: ModelArch, precision: Precision, *, trainable:
     :func:`norm_fp32_weight`); in fp32 the input itself and the normalised tensor; compiled or fused, the 16-bit
     input and the rstd.  Cohere's per-head LayerNorms (``qk_norm`` each_head, ``norm_python``) keep what its block
     norm keeps (:func:`memory.norm_saved_bytes_per_token`): 8 bytes an element, 4 more with the weights training,
-    and an rstd a head.  They sit in the tensor-parallel region (q and k are split by head).  Measured against a
+    and an rstd a head; StableLM 2's per-head ``nn.LayerNorm``s (``qk_norm`` each_head on a LayerNorm model) keep
+    their input and an fp32 mean and rstd a head.  They sit in the tensor-parallel region (q and k are split by head).  Measured against a
     Llama of one shape with saved-tensor hooks (``tests/estimate/test_norm_saves.py``)."""
     if arch.qk_norm is None:
         return 0.0
@@ -502,6 +503,8 @@ def qk_norm_bytes_per_token(arch: ModelArch, precision: Precision, *, trainable:
         per_element = float(e)
     elif arch.norm_python:  # Cohere's fp32 Python LayerNorm, per head (memory.norm_saved_bytes_per_token)
         per_element = 8.0 + (4.0 if trainable else 0.0)
+    elif arch.norm == "layernorm":  # StableLM 2's per-head nn.LayerNorm: its input, and a mean and an rstd a head
+        return width * e + 8.0 * rows
     elif e == 2:
         wide = arch.norm_fp32_weight if fp32_weight is None else fp32_weight
         per_element = 4.0 + ((4.0 if wide else e) if trainable else 0.0)
