@@ -457,7 +457,8 @@ def layer_activation_bytes(
         intermediates = 3 if keeps_product else 2
     mlp_bytes = e * hidden + intermediates * e * ffn_hidden
     qkv_input = mlp_input = e * hidden
-    if lora is not None and not compiled and not fused and not gelu_python:
+    lora_counts = lora is not None and not compiled and not fused and not gelu_python
+    if lora_counts:
         own = lora.own_bytes(e)
         qkv_input = (e * hidden if lora.shares_input(lora.qkv) else 0.0) + lora.qkv * own * hidden
         mlp_input = (e * hidden if lora.shares_input(lora.gate_up) else 0.0) + lora.gate_up * own * hidden
@@ -468,7 +469,7 @@ def layer_activation_bytes(
         mlp_bytes = mlp_input + ((3 if mlp == "swiglu" else 1) * e + product) * ffn_hidden
         mlp_bytes += lora.adapted * lora.rank * lora.adapter_out_bytes + lora.qkv_out_bytes
     if shared_norm:  # the MLP's 16-bit input is the QKV's, kept once
-        shared = e * hidden if (lora is None or compiled or fused or gelu_python
+        shared = e * hidden if (not lora_counts
                                 or (lora.shares_input(lora.qkv) and lora.shares_input(lora.gate_up))) else 0.0
         mlp_input -= shared
         mlp_bytes -= shared

@@ -715,14 +715,19 @@ def _keeps_matmul_outputs(job: TransformerJob, k: Knobs) -> bool:
             and k.selective_recompute is not SelectiveRecompute.ATTENTION_CORE)
 
 
+def final_norm_bytes_per_token(job: TransformerJob, arch: ModelArch, k: Knobs) -> float:
+    """What the final norm keeps a token (:func:`memory.norm_saved_bytes_per_token`), in the model's norm style."""
+    return norm_saved_bytes_per_token(arch.hidden, arch.norm, job.precision, compiled=k.compile,
+                                      weight_trainable=job.lora_spec is None and arch.norm_weight,
+                                      fp32_weight=norm_fp32_weight(arch, k), python=arch.norm_python)  # fmt: skip
+
+
 def head_activation_bytes(job: TransformerJob, arch: ModelArch, knobs: Knobs | None = None) -> float:
     """The final norm, the output projection's input, and the logits and loss as the loss is computed; and nanochat's
     norm of the embedding output (``embedding_norm``: what a frozen norm keeps, once a micro-batch)."""
     k = knobs or Knobs(stack=job.stack)
     tokens = job.seq_len * job.micro_batch
-    final_norm = norm_saved_bytes_per_token(arch.hidden, arch.norm, job.precision, compiled=k.compile,
-                                            weight_trainable=job.lora_spec is None and arch.norm_weight,
-                                            fp32_weight=norm_fp32_weight(arch, k), python=arch.norm_python)
+    final_norm = final_norm_bytes_per_token(job, arch, k)
     head = tokens * (final_norm * (2 if arch.embedding_norm else 1) + arch.hidden * job.precision.compute_bytes)
     if arch.has_lm_head:
         head += logits_bytes(seq_len=job.seq_len, micro_batch=job.micro_batch, vocab=arch.vocab, precision=job.precision,
@@ -836,10 +841,7 @@ def model_split(job: TransformerJob, m: TransformerModel, knobs: Knobs) -> Model
         expert = kept_routed_expert_bytes(job, arch, knobs)
     tokens, e = job.seq_len * job.micro_batch, job.precision.compute_bytes
     head = head_activation_bytes(job, arch, knobs)
-    head_replicated = tokens * (norm_saved_bytes_per_token(arch.hidden, arch.norm, job.precision, compiled=knobs.compile,
-                                                           weight_trainable=arch.norm_weight,
-                                                           fp32_weight=norm_fp32_weight(arch, knobs), python=arch.norm_python)
-                                + arch.hidden * e)  # fmt: skip
+    head_replicated = tokens * (final_norm_bytes_per_token(job, arch, knobs) + arch.hidden * e)  # full method: no LoRA
     c = m.counts
     vocab_params = arch.vocab * arch.hidden
     return ModelSplit(
