@@ -412,7 +412,8 @@ def test_a_mapping_with_a_family_feature_names_it_where_it_cannot_be_built() -> 
 
 def test_a_null_or_differing_value_is_refused_by_name() -> None:
     """Values transformers cannot build, or that trainplan reads as one, are refused naming the key: a null head_dim
-    (MiniMax-M2), a null max_window_layers beside a window (dots.llm1), Seed-OSS's two dropouts differing; and a
+    (MiniMax-M2), a null max_window_layers beside a window (dots.llm1), Seed-OSS's two dropouts differing, a null top-k
+    (Hunyuan MoE) or expert width and count (Solar Open), Nemotron's bias switches differing; and a
     LayerNorm bias given to an RMSNorm model is refused, not ignored."""
     from trainplan.model import ModelArch
 
@@ -421,6 +422,10 @@ def test_a_null_or_differing_value_is_refused_by_name() -> None:
         ({"model_type": "dots1", **TINY, "n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2,
           "moe_intermediate_size": 16, "sliding_window": 8, "max_window_layers": None}, "max_window_layers"),
         ({"model_type": "seed_oss", **TINY, "attention_dropout": 0.1, "residual_dropout": 0.0}, "dropouts differ"),
+        ({"model_type": "hunyuan_v1_moe", **TINY, "head_dim": 16, "num_experts": 4, "moe_topk": None}, "lacks moe_topk"),
+        ({"model_type": "solar_open", **TINY, "moe_intermediate_size": None}, "lacks moe_intermediate_size"),
+        ({"model_type": "solar_open", **TINY, "n_routed_experts": None}, "lacks n_routed_experts"),
+        ({"model_type": "nemotron", **TINY, "head_dim": 16, "attention_bias": True}, "mlp_bias"),
     )  # fmt: skip
     for cfg, match in cases:
         with pytest.raises(ConfigRefused, match=match):

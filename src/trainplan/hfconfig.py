@@ -148,6 +148,16 @@ def _head_dim_or(cfg: dict[str, Any], mt: str, default: int | None, attention: s
     return cfg if default is None else {"head_dim": default, **cfg}
 
 
+def _agreeing_biases(cfg: dict[str, Any], mt: str, default: bool) -> bool:
+    """Whether every projection has a bias, where ``attention_bias`` (q, k, v, o) and ``mlp_bias`` (the MLP), each
+    ``default`` when left out, must agree: trainplan models biases on every projection or on none."""
+    attention, mlp = bool(cfg.get("attention_bias", default)), bool(cfg.get("mlp_bias", default))
+    if attention != mlp:
+        raise ConfigRefused(f"{mt} config attention_bias ({attention}) and mlp_bias ({mlp}) differ; trainplan models "
+                            "biases on every projection or on none")  # fmt: skip
+    return attention
+
+
 def _one_dropout(cfg: dict[str, Any], mt: str, *keys: str) -> float:
     """The one dropout probability trainplan models, read from the config's ``keys`` (0 when left out or null); a
     config whose keys differ is refused."""
@@ -512,10 +522,7 @@ def _read_nemotron(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[st
     (``NemotronLayerNorm1P``: a LayerNorm's parameters and saves), and a two-matrix MLP (``up_proj``, ``down_proj``)
     under ReLU²; ``attention_bias`` puts biases on q, k, v and o, ``mlp_bias`` on the MLP — both together, or neither
     (transformers 5.25 ``modeling_nemotron.py``; Nemotron-4 15B report, arXiv 2402.16819, Sec. 2)."""
-    attention, mlp = bool(cfg.get("attention_bias")), bool(cfg.get("mlp_bias"))
-    if attention != mlp:
-        raise ConfigRefused(f"{mt} config attention_bias ({attention}) and mlp_bias ({mlp}) differ; trainplan models "
-                            "biases on every projection or on none")  # fmt: skip
+    attention = _agreeing_biases(cfg, mt, default=False)
     if cfg.get("num_key_value_heads") is None:  # NemotronConfig leaves it None, which NemotronAttention divides by
         raise ConfigRefused(f"{mt} config lacks num_key_value_heads (transformers' NemotronAttention cannot build without it)")
     cfg = _head_dim_or(cfg, mt, 128, "NemotronAttention")  # NemotronConfig's default
@@ -530,10 +537,7 @@ def _read_jais2(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]
     (``up_proj``, ``down_proj``) with ``mlp_bias``, and ``nn.LayerNorm``s, which keep their bias whatever the
     projections do; the two bias switches (both on by default) must agree (transformers 5.25
     ``modular_jais2.py``)."""
-    attention, mlp = bool(cfg.get("attention_bias", True)), bool(cfg.get("mlp_bias", True))
-    if attention != mlp:
-        raise ConfigRefused(f"{mt} config attention_bias ({attention}) and mlp_bias ({mlp}) differ; trainplan models "
-                            "biases on every projection or on none")  # fmt: skip
+    attention = _agreeing_biases(cfg, mt, default=True)
     out = _common(cfg, mt)
     out.update(ffn_hidden=_need(cfg, "intermediate_size", mt), tied_embeddings=_tied(cfg, False), mlp="gelu",
                norm="layernorm", bias=attention, norm_bias=True, gelu_python=cfg.get("hidden_act") in PYTHON_GELUS)  # fmt: skip
@@ -547,7 +551,7 @@ def _read_helium(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]
     cfg = {"head_dim": 128, **cfg}
     out = _llama_like({k: v for k, v in cfg.items() if k != "attention_bias"}, mt)
     if out.get("head_dim", out["hidden"] // out["heads"]) * out["heads"] != out["hidden"]:
-        raise ConfigRefused(f"{mt} config head_dim {cfg['head_dim']} x {out['heads']} heads must equal hidden_size "
+        raise ConfigRefused(f"{mt} config head_dim {cfg['head_dim']!r} x {out['heads']} heads must equal hidden_size "
                             f"{out['hidden']}: HeliumAttention's output projection takes hidden_size inputs")  # fmt: skip
     out.update(attention_bias="qkv" if cfg.get("attention_bias") else None, norm_fp32_weight=True)
     return out, COMMON_KEYS | {"attention_bias", "mlp_bias"}
@@ -695,12 +699,12 @@ def _read_olmoe(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]
     return out, COMMON_KEYS | {"attention_bias", "mlp_bias", "num_experts", "num_local_experts", "num_experts_per_tok"}
 
 
-def _read_deepseek(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+def _read_deepseek(cfg: dict[str, Any], mt: str, *, tied_default: bool = False) -> tuple[dict[str, Any], set[str]]:
     """DeepSeek-V2 / V3: multi-head latent attention and DeepSeekMoE (shared + fine-grained routed experts);
     the first first_k_dense_replace layers keep a dense MLP (DeepSeek-V3 report, arXiv 2412.19437, Sec. 2.1)."""
     out = _common(cfg, mt)
     layers = out["layers"]
-    out.update(ffn_hidden=_need(cfg, "intermediate_size", mt), tied_embeddings=_tied(cfg, False))
+    out.update(ffn_hidden=_need(cfg, "intermediate_size", mt), tied_embeddings=_tied(cfg, tied_default))
     out.pop("head_dim", None)
     _no(cfg, mt, "attention_bias")
     _no(cfg, mt, "mlp_bias")
@@ -765,8 +769,7 @@ def _read_youtu(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]
     for key in ("n_routed_experts", "num_nextn_predict_layers", "first_k_dense_replace", "moe_intermediate_size",
                 "n_shared_experts", "num_experts_per_tok"):  # fmt: skip
         _no(cfg, mt, key)
-    out, keys = _read_deepseek(cfg, mt)
-    out["tied_embeddings"] = _tied(cfg, True)
+    out, keys = _read_deepseek(cfg, mt, tied_default=True)
     return out, keys | {"embedding_initializer_range"}
 
 
@@ -778,8 +781,7 @@ def _read_minicpm3(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[st
     ``modular_minicpm3.py``)."""
     if cfg.get("v_head_dim") is None:  # MiniCPM3Config.__post_init__
         cfg = {**cfg, "v_head_dim": _need(cfg, "hidden_size", mt) // _need(cfg, "num_attention_heads", mt)}
-    out, keys = _read_deepseek(cfg, mt)
-    out["tied_embeddings"] = _tied(cfg, True)
+    out, keys = _read_deepseek(cfg, mt, tied_default=True)
     return out, keys | {"scale_emb", "scale_depth", "dim_model_base"}
 
 
@@ -794,8 +796,8 @@ def _read_glm4_moe_lite(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], s
     types = cfg.get("mlp_layer_types") or ["dense"] + ["sparse"] * (n - 1)
     if len(types) != n or any(t not in ("dense", "sparse") for t in types):
         raise ConfigRefused(f"{mt} config mlp_layer_types: one of dense, sparse per layer ({n}) is modelled")
-    if cfg.get("head_dim") not in (None, cfg.get("qk_rope_head_dim", cfg.get("head_dim"))):
-        raise ConfigRefused(f"{mt} config head_dim ({cfg['head_dim']}) is qk_rope_head_dim's alias and differs from it")
+    if None not in (cfg.get("head_dim"), cfg.get("qk_rope_head_dim")) and cfg["head_dim"] != cfg["qk_rope_head_dim"]:
+        raise ConfigRefused(f"{mt} config head_dim ({cfg['head_dim']!r}) is qk_rope_head_dim's alias and differs from it")
     rope = _first(cfg, "qk_rope_head_dim", "head_dim")
     cfg = {k: v for k, v in cfg.items() if k not in ("mlp_layer_types", "head_dim", "first_k_dense_replace")}
     _need(cfg, "n_routed_experts", mt)
@@ -814,17 +816,20 @@ def _read_solar_open(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[
     dense layer, no q/k norm, no multi-token-prediction layer (``SolarOpenConfig`` drops ``intermediate_size``,
     ``first_k_dense_replace``, ``use_qk_norm`` and ``num_mtp_layers``; a config that still sets them to something
     transformers would have to build is refused). transformers 5.25 ``modular_solar_open.py``."""
-    cfg = {"head_dim": 128, **cfg}  # SolarOpenConfig's default
+    # SolarOpenConfig's defaults for the keys left out; a null is refused by name (_need)
+    cfg = {"head_dim": 128, "moe_intermediate_size": 1280, "num_experts_per_tok": 8, "n_shared_experts": 1, **cfg}
+    if "n_routed_experts" not in cfg and "num_local_experts" not in cfg:
+        cfg["n_routed_experts"] = 128
     _no(cfg, mt, "first_k_dense_replace")
     _no(cfg, mt, "use_qk_norm")
     _no(cfg, mt, "num_nextn_predict_layers")
     _no(cfg, mt, "num_mtp_layers")
     out = _common(cfg, mt)
-    experts = _first(cfg, "n_routed_experts", "num_local_experts", default=128)
-    fe = int(cfg.get("moe_intermediate_size", 1280))
+    experts = _first(cfg, "n_routed_experts", "num_local_experts") or _need(cfg, "n_routed_experts", mt)
+    fe = _need(cfg, "moe_intermediate_size", mt)
     out.update(ffn_hidden=fe, tied_embeddings=_tied(cfg, False), attention_bias="qkv" if cfg.get("attention_bias") else None,
-               moe=MoE(experts=experts, top_k=int(cfg.get("num_experts_per_tok", 8)), expert_ffn_hidden=fe,
-                       shared_ffn_hidden=int(cfg.get("n_shared_experts", 1) or 0) * fe, router_fp32=True))  # fmt: skip
+               moe=MoE(experts=experts, top_k=_need(cfg, "num_experts_per_tok", mt), expert_ffn_hidden=fe,
+                       shared_ffn_hidden=int(cfg["n_shared_experts"] or 0) * fe, router_fp32=True))  # fmt: skip
     return out, COMMON_KEYS | {"attention_bias", "n_routed_experts", "num_local_experts", "num_experts_per_tok",
                                "moe_intermediate_size", "n_shared_experts", "first_k_dense_replace", "use_qk_norm",
                                "num_nextn_predict_layers", "num_mtp_layers"}  # fmt: skip
@@ -873,7 +878,8 @@ def _read_hunyuan_moe(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set
     experts = _experts(cfg, mt)
     if not isinstance(experts, int) or isinstance(experts, bool):
         raise ConfigRefused(f"{mt} config num_experts: transformers builds one expert count for every layer; got {experts!r:.80}")
-    top_k = _per_layer(cfg, mt, "moe_topk", n) or _per_layer(cfg, mt, "num_experts_per_tok", n) or 1
+    key = next((k for k in ("moe_topk", "num_experts_per_tok") if k in cfg), None)  # the second: its attribute_map alias
+    top_k = _need({key: _per_layer(cfg, mt, key, n)}, key, mt) if key else 1  # HunYuanMoEV1Config's default: 1
     out["moe"] = MoE(experts=experts, top_k=top_k, expert_ffn_hidden=f, shared_ffn_hidden=f, router_fp32=True)
     _no({"moe_intermediate_size": _per_layer(cfg, mt, "moe_intermediate_size", n)}, mt, "moe_intermediate_size", (None, f))
     _no({"num_shared_expert": _per_layer(cfg, mt, "num_shared_expert", n)}, mt, "num_shared_expert", (None, 1))
