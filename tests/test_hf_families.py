@@ -395,6 +395,17 @@ def test_nanochat_reads_its_weightless_norms() -> None:
     assert weighted - param_counts(arch).total == 1280 * (2 * 20 + 1) + 2 * 128 * 20  # block, final and q/k norm weights
     with pytest.raises(ValidationError, match="norm_weight"):
         ModelArch(layers=2, hidden=64, heads=4, ffn_hidden=96, vocab=101, norm="layernorm", norm_weight=False)
+    # under tensor parallelism its embedding norm stays whole, as the final norm does: 2 norms' saves (a weightless
+    # RMSNorm keeps 4h + 4 bytes a token) and the head's 16-bit input a token
+    from trainplan.catalog import get_catalog
+    from trainplan.estimate.stack import effective_knobs
+    from trainplan.estimate.transformer import model_split, resolve_transformer
+    from trainplan.spec import parse_job
+
+    job = parse_job({"kind": "transformer", "model": arch.model_dump(exclude_none=True), "seq_len": 2048,
+                     "micro_batch": 1, "precision": "bf16", "steps": 1})  # fmt: skip
+    split = model_split(job, resolve_transformer(job, get_catalog()), effective_knobs(job, get_catalog()))
+    assert split is not None and split.head_replicated == 2048 * (2 * (4 * 1280 + 4) + 2 * 1280)
 
 
 def test_a_mapping_with_a_family_feature_names_it_where_it_cannot_be_built() -> None:

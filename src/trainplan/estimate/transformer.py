@@ -841,7 +841,9 @@ def model_split(job: TransformerJob, m: TransformerModel, knobs: Knobs) -> Model
         expert = kept_routed_expert_bytes(job, arch, knobs)
     tokens, e = job.seq_len * job.micro_batch, job.precision.compute_bytes
     head = head_activation_bytes(job, arch, knobs)
-    head_replicated = tokens * (final_norm_bytes_per_token(job, arch, knobs) + arch.hidden * e)  # full method: no LoRA
+    # the final norm (and nanochat's embedding norm) and the head's input stay whole under tensor parallelism
+    norms = final_norm_bytes_per_token(job, arch, knobs) * (2 if arch.embedding_norm else 1)  # full method: no LoRA
+    head_replicated = tokens * (norms + arch.hidden * e)
     c = m.counts
     vocab_params = arch.vocab * arch.hidden
     return ModelSplit(
