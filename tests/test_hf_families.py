@@ -115,6 +115,21 @@ VARIANTS = [
      "num_nextn_predict_layers": 1},
     {"model_type": "glm4_moe", **TINY, "num_attention_heads": 3, "num_key_value_heads": 1, "n_routed_experts": 4, "num_experts_per_tok": 1,
      "moe_intermediate_size": 8, "first_k_dense_replace": 0, "num_nextn_predict_layers": 0},
+    {"model_type": "exaone", **{k: v for k, v in TINY.items() if k != "num_hidden_layers"}, "num_layers": 4,
+     "activation_function": "silu", "layer_norm_epsilon": 1e-5, "embed_dropout": 0.0, "attention_bias": True,
+     "tie_word_embeddings": True},
+    {"model_type": "cwm", **TINY, "head_dim": 32, "sliding_window": 8, "bos_token_id": 1},
+    {"model_type": "cwm", **TINY, "head_dim": 16, "sliding_window": 8, "bos_token_id": 1,
+     "layer_types": ["sliding_attention", "full_attention"] * 2},
+    {"model_type": "hyperclovax", **TINY, "head_dim": 32, "use_post_norm": False, "logits_scaling": 0.5},
+    {"model_type": "hyperclovax", **TINY, "attention_bias": True, "tie_word_embeddings": True},
+    {"model_type": "param2moe", **TINY, "head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16,
+     "num_shared_experts": 1, "use_qkv_bias": True, "use_qk_norm": False, "first_k_dense_replace": 2, "num_mtp_layers": 1},
+    {"model_type": "sarvam_moe", **TINY, "head_dim": 32, "n_routed_experts": 4, "num_experts_per_tok": 2,
+     "moe_intermediate_size": 16, "tie_word_embeddings": True},
+    {"model_type": "sarvam_mla", **TINY, "num_key_value_heads": 4, "num_experts": 4, "num_shared_experts": 2,
+     "num_experts_per_tok": 2, "moe_intermediate_size": 16, "kv_lora_rank": 16, "qk_nope_head_dim": 8,
+     "qk_rope_head_dim": 4, "v_head_dim": 12, "q_head_dim": 12, "head_dim": 20, "n_group": 1, "topk_group": 1},
 ]
 
 
@@ -459,6 +474,58 @@ def test_keys_left_out_take_the_config_classes_defaults() -> None:
         arch_from_hf_config({"model_type": "ministral", **TINY})
     with pytest.raises(ConfigRefused, match="head_dim"):
         arch_from_hf_config({"model_type": "seed_oss", **TINY, "head_dim": None})
+
+
+# keys each session-22 reader fills from its config class when a config.json leaves them out
+_CLASS_DEFAULTS = {"exaone": ("num_key_value_heads", "vocab_size", "intermediate_size"),
+                   "cwm": ("head_dim", "num_key_value_heads", "sliding_window"),
+                   "hyperclovax": ("use_post_norm",),
+                   "param2moe": ("use_qk_norm", "num_nextn_predict_layers", "head_dim", "num_key_value_heads",
+                                 "n_shared_experts", "tie_word_embeddings", "n_routed_experts"),
+                   "sarvam_moe": ("use_qk_norm", "num_nextn_predict_layers", "head_dim", "num_key_value_heads",
+                                  "n_routed_experts"),
+                   "sarvam_mla": ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+                                  "n_routed_experts", "n_shared_experts", "num_experts_per_tok", "moe_intermediate_size",
+                                  "first_k_dense_replace", "num_nextn_predict_layers")}  # fmt: skip
+
+
+@pytest.mark.parametrize("mt", sorted(_CLASS_DEFAULTS))
+def test_config_subclasses_read_their_own_defaults(mt: str) -> None:
+    """EXAONE 3, CWM, HyperCLOVA X, Param2 MoE, Sarvam MoE and Sarvam MLA subclass the configs of Llama, Granite,
+    GLM-4.5 and DeepSeek-V3 with defaults of their own: a config.json that leaves those keys out builds what the
+    subclass defaults to, and trainplan counts exactly that (transformers on the meta device is the reference)."""
+    cfg = {k: v for k, v in _default(mt).items() if k not in _CLASS_DEFAULTS[mt]}
+    arch = arch_from_hf_config(cfg)
+    assert cross_check(arch, cfg) == param_counts(arch).total - param_counts(arch).mtp
+    assert param_counts(arch).total - param_counts(arch).mtp == transformers_param_count(_default(mt))
+
+
+def test_released_key_spellings_are_read_and_what_transformers_drops_is_refused() -> None:
+    """The released configs' own spellings (EXAONE's ``num_layers``, Sarvam's and Param2's ``num_experts`` …) read as
+    transformers' keys; both spellings with differing values, EXAONE's embedding dropout (its remote code applies it,
+    transformers' Llama does not), a CWM with attention biases (``CwmAttention`` builds none) and a Sarvam MLA
+    ``q_head_dim`` that is not nope + rope are refused in one line. The released shapes: EXAONE-3.0-7.8B's 7.82B,
+    CWM's 32.6B with 48 of 64 layers windowed, Param2-17B-A2.4B's 17.2B, Sarvam-105B's 106.0B."""
+    exaone = next(c for c in VARIANTS if c["model_type"] == "exaone")
+    assert arch_from_hf_config(exaone).layers == 4
+    counts = {mt: param_counts(arch_from_hf_config(_default(mt))) for mt in ("exaone", "cwm", "param2moe", "sarvam_mla")}
+    assert counts["exaone"].total == 7_818_448_896 and counts["cwm"].total == 32_581_097_472
+    assert counts["param2moe"].total == 17_151_124_096 and counts["sarvam_mla"].total == 106_031_763_456
+    cwm = arch_from_hf_config(_default("cwm"))
+    assert (cwm.sliding_layers, cwm.sliding_window) == (48, 8192)
+    assert arch_from_hf_config(_default("hyperclovax")).block_norms == 4
+    assert arch_from_hf_config({**_default("hyperclovax"), "use_post_norm": False}).block_norms == 2
+    param2 = arch_from_hf_config(next(c for c in VARIANTS if c["model_type"] == "param2moe"))
+    assert param2.moe is not None and (param2.moe.experts, param2.moe.dense_layers, param2.mtp_layers) == (4, (0, 1), 1)
+    assert (param2.attention_bias, param2.qk_norm) == ("qkv", None)
+    mla = arch_from_hf_config(next(c for c in VARIANTS if c["model_type"] == "sarvam_mla"))
+    assert mla.mla is not None and mla.mla.q_lora_rank is None and mla.moe is not None and mla.moe.shared_ffn_hidden == 32
+    for cfg, key in (({**exaone, "num_hidden_layers": 6}, "num_layers"), ({**exaone, "embed_dropout": 0.1}, "embed_dropout"),
+                     ({"model_type": "cwm", **TINY, "attention_bias": True}, "attention_bias"),
+                     ({**_default("sarvam_moe"), "num_experts": 64}, "num_experts"),
+                     ({**_default("sarvam_mla"), "q_head_dim": 128}, "q_head_dim")):  # fmt: skip
+        with pytest.raises(ConfigRefused, match=key):
+            arch_from_hf_config(cfg)
 
 
 def test_glm4_moe_reads_its_attention_and_experts() -> None:

@@ -78,6 +78,20 @@ def _need(cfg: dict[str, Any], key: str, mt: str) -> Any:
     return cfg[key]
 
 
+def _renamed(cfg: dict[str, Any], mt: str, names: dict[str, str]) -> dict[str, Any]:
+    """``cfg`` with the keys a family's released configs spell their own way (its config class's ``attribute_map``:
+    ``names`` maps each to transformers' key) under transformers' names; both spellings with differing values refused."""
+    out = dict(cfg)
+    for own, key in names.items():
+        if own not in out:
+            continue
+        value = out.pop(own)
+        if key in out and out[key] != value:
+            raise ConfigRefused(f"{mt} config {own} ({value!r}) and {key} ({out[key]!r}) name one setting and differ")
+        out[key] = value
+    return out
+
+
 def _refuse_unknown(cfg: dict[str, Any], mt: str, consumed: set[str]) -> None:
     unknown = sorted(k for k in cfg if k not in consumed and k not in INERT_KEYS and not k.startswith("_"))
     if unknown:
@@ -203,12 +217,54 @@ def _read_llama_subclass(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], 
     return out, COMMON_KEYS | {"attention_bias", "mlp_bias", "qkv_bias", "bias"}
 
 
+def _read_exaone(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """EXAONE 3.0 / 3.5 (``exaone``): ``ExaoneConfig`` subclasses ``LlamaConfig`` and transformers builds
+    ``LlamaForCausalLM`` from it; the released configs spell three keys their own way (``num_layers``,
+    ``layer_norm_epsilon``, ``activation_function``: its ``attribute_map``) and carry ``embed_dropout``, which the
+    Llama modeling does not apply (read at 0, refused otherwise: the checkpoint's remote code applies it). Keys left
+    out take ``ExaoneConfig``'s defaults (8 KV heads, vocabulary 102,400, MLP 14,336; transformers 5.25
+    ``modular_exaone.py``)."""
+    cfg = _renamed(cfg, mt, {"num_layers": "num_hidden_layers", "layer_norm_epsilon": "rms_norm_eps",
+                             "activation_function": "hidden_act"})  # fmt: skip
+    cfg = {"num_key_value_heads": 8, "vocab_size": 102400, "intermediate_size": 14336, **cfg}
+    if cfg.get("embed_dropout"):
+        raise ConfigRefused(f"{mt} config embed_dropout: {cfg['embed_dropout']!r} is not applied by transformers' Llama "
+                            "modeling (EXAONE's remote code applies it); allowed: 0")  # fmt: skip
+    return _llama_like(cfg, mt), COMMON_KEYS | {"attention_bias", "mlp_bias", "embed_dropout", "num_layers",
+                                                "layer_norm_epsilon", "activation_function"}  # fmt: skip
+
+
+def _read_cwm(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """Meta CWM (``CwmForCausalLM``, Code World Model 32B): Llama's layers without any bias (``CwmAttention`` builds q,
+    k, v and o without one: ``attention_bias`` refused) and a ``sliding_window`` on the layers ``layer_types`` names —
+    by default three of every four, the first of each four global (``CwmConfig.__post_init__``). Keys left out take
+    ``CwmConfig``'s defaults: head_dim 128, 8 KV heads, an 8,192-token window (transformers 5.25 ``modular_cwm.py``)."""
+    cfg = {"head_dim": 128, "num_key_value_heads": 8, "sliding_window": 8192, **cfg}
+    _no(cfg, mt, "attention_bias")
+    out = _llama_like(cfg, mt)
+    out.update(_sliding(cfg, mt, out["layers"],
+                        lambda n: ["full_attention" if i % 4 == 0 else "sliding_attention" for i in range(n)]))
+    return out, COMMON_KEYS | {"attention_bias", "mlp_bias", "sliding_window", "layer_types"}
+
+
 def _read_granite(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
     """IBM Granite 3.x and PowerLM (``GraniteForCausalLM``): Llama's layers and four scalars — the embedding, the
     attention scores, each block's residual branch and the logits multiplied or divided by a constant
     (``modeling_granite.py``); a product or quotient by a Python scalar keeps nothing for backward, and the divided
     logits replace the projection's (the one it divides is dropped), so parameters, FLOPs and memory are Llama's."""
     return _llama_like(cfg, mt), COMMON_KEYS | {"attention_bias", "mlp_bias", "residual_multiplier", "logits_scaling"}
+
+
+def _read_hyperclovax(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """HyperCLOVA X SEED (``HyperCLOVAXForCausalLM``): Granite's layers and scalars (the logits multiplied by
+    ``logits_scaling`` instead of divided: a product by a Python scalar keeps nothing either) with, when
+    ``use_post_norm`` (the default), a Llama RMSNorm after attention and one after the MLP inside each residual branch
+    (Peri-LN) — four norms a block, as GLM-4-0414's (transformers 5.25 ``modular_hyperclovax.py``); head_dim
+    hidden ÷ heads when left out."""
+    out, keys = _read_granite(cfg, mt)
+    if cfg.get("use_post_norm", True):
+        out["block_norms"] = 4
+    return out, keys | {"use_post_norm"}
 
 
 def _read_mistral(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
@@ -729,6 +785,26 @@ def _read_deepseek(cfg: dict[str, Any], mt: str, *, tied_default: bool = False) 
                                "num_nextn_predict_layers", "qk_head_dim"}  # fmt: skip
 
 
+def _read_sarvam_mla(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """Sarvam MLA (``sarvam_mla``, Sarvam-105B): a ``DeepseekV3Config`` subclass that transformers builds as
+    ``DeepseekV3ForCausalLM``. Its released configs' own key names (``num_experts``, ``num_shared_experts``,
+    ``num_mtp_layers``) are read as DeepSeek-V3's; of their remote-code keys, ``q_head_dim`` must equal
+    qk_nope_head_dim + qk_rope_head_dim and ``head_dim`` (the latent width vLLM reads) is dropped, as
+    ``SarvamMLAConfig.__post_init__`` drops them. Keys left out take its class's defaults, which differ from
+    DeepSeek-V3's: no q compression (``q_lora_rank`` null), 128 routed experts, one dense layer, no MTP layer
+    (transformers 5.25 ``modular_sarvam_mla.py``)."""
+    cfg = _renamed(cfg, mt, {"num_experts": "n_routed_experts", "num_shared_experts": "n_shared_experts",
+                             "num_mtp_layers": "num_nextn_predict_layers"})  # fmt: skip
+    q_head_dim = cfg.pop("q_head_dim", None)
+    cfg = {"q_lora_rank": None, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+           "n_routed_experts": 128, "n_shared_experts": 1, "num_experts_per_tok": 8, "moe_intermediate_size": 2048,
+           "first_k_dense_replace": 1, "num_nextn_predict_layers": 0, **cfg}  # fmt: skip
+    if q_head_dim is not None and q_head_dim != cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"]:
+        raise ConfigRefused(f"{mt} config q_head_dim ({q_head_dim}) must equal qk_nope_head_dim + qk_rope_head_dim")
+    out, keys = _read_deepseek(cfg, mt)
+    return out, keys | {"num_experts", "num_shared_experts", "num_mtp_layers", "q_head_dim"}
+
+
 def _read_glm4_moe(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
     """GLM-4.5 / 4.6 / 4.7 and GLM-4.5-Air (``Glm4MoeForCausalLM``): grouped-query attention with q, k, v biases
     (``attention_bias``), an optional per-head q/k RMSNorm (``use_qk_norm``), and DeepSeek-V3's MoE — a dense MLP in
@@ -760,6 +836,23 @@ def _read_glm4_moe(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[st
     return out, COMMON_KEYS | {"attention_bias", "use_qk_norm", "n_routed_experts", "num_local_experts",
                                "num_experts_per_tok", "moe_intermediate_size", "n_shared_experts",
                                "first_k_dense_replace", "num_nextn_predict_layers", "num_mtp_layers"}  # fmt: skip
+
+
+def _read_glm4_moe_family(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """Param2 MoE (``param2moe``, BharatGen Param2-17B-A2.4B) and Sarvam MoE (``sarvam_moe``, Sarvam-30B):
+    ``Glm4MoeConfig`` subclasses that transformers builds as ``Glm4MoeForCausalLM`` (rotary over the whole head: no
+    parameters). Their released configs' own key names (``num_experts``, ``num_shared_experts``, ``use_qkv_bias``,
+    ``num_mtp_layers``: the classes' ``attribute_map``) are read as GLM-4.5's, and keys left out take their classes'
+    defaults, which differ from GLM-4.5's: per-head q/k norms on, no MTP layer, head_dim 64, Param2's two shared
+    experts and tied head (transformers 5.25 ``modular_param2moe.py``, ``modular_sarvam_moe.py``)."""
+    cfg = _renamed(cfg, mt, {"num_experts": "n_routed_experts", "num_shared_experts": "n_shared_experts",
+                             "use_qkv_bias": "attention_bias", "num_mtp_layers": "num_nextn_predict_layers"})  # fmt: skip
+    defaults = {"param2moe": {"num_key_value_heads": 8, "n_shared_experts": 2, "tie_word_embeddings": True,
+                              "n_routed_experts": 64},
+                "sarvam_moe": {"num_key_value_heads": 4, "n_routed_experts": 128}}[mt]  # fmt: skip
+    cfg = {"use_qk_norm": True, "num_nextn_predict_layers": 0, "head_dim": 64, **defaults, **cfg}
+    out, keys = _read_glm4_moe(cfg, mt)
+    return out, keys | {"num_experts", "num_shared_experts", "use_qkv_bias"}
 
 
 def _read_youtu(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
@@ -1018,6 +1111,9 @@ READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str
     "llama": _read_llama,
     "internlm3": _read_llama_subclass,
     "iquestcoder": _read_llama_subclass,
+    "exaone": _read_exaone,
+    "cwm": _read_cwm,
+    "hyperclovax": _read_hyperclovax,
     "granite": _read_granite,
     "mistral": _read_mistral,
     "ministral": _read_ministral,
@@ -1058,6 +1154,9 @@ READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str
     "deepseek_v3": _read_deepseek,
     "gpt_oss": _read_gpt_oss,
     "glm4_moe": _read_glm4_moe,
+    "param2moe": _read_glm4_moe_family,
+    "sarvam_moe": _read_glm4_moe_family,
+    "sarvam_mla": _read_sarvam_mla,
     "solar_open": _read_solar_open,
     "glm4_moe_lite": _read_glm4_moe_lite,
     "youtu": _read_youtu,

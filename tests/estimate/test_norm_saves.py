@@ -242,6 +242,13 @@ FAMILIES = {
     "glm4_moe_lite": {"num_key_value_heads": 4, "n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2,
                       "moe_intermediate_size": 16, "q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 8,
                       "qk_rope_head_dim": 4, "v_head_dim": 12},
+    "exaone": {}, "cwm": {"head_dim": 16, "sliding_window": 64, "bos_token_id": 0}, "hyperclovax": {},
+    "param2moe": {"head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16,
+                  "num_shared_experts": 1},
+    "sarvam_moe": {"head_dim": 16, "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16},
+    "sarvam_mla": {"num_key_value_heads": 4, "num_experts": 4, "num_experts_per_tok": 2, "n_group": 1, "topk_group": 1,
+                   "moe_intermediate_size": 16, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4,
+                   "v_head_dim": 12},
 }  # fmt: skip
 
 
@@ -258,10 +265,12 @@ def _predicted(cfg: dict, micro_batch: int = 2) -> float:
     return block_activation_bytes(job, arch, k) + head_activation_bytes(job, arch, k)
 
 
-#: families whose query reaches SDPA heads-major (the concatenating rotary of Phi-3, the GLMs, MiniMax-M2, Nemotron and StableLM) or that attend eagerly
-#: here (Gemma 2, VaultGemma, gpt-oss): their attention output is copied for the output projection on this CPU too (measured)
-_OUTPUT_COPIED_ON_CPU = frozenset({"phi3", "glm4_moe", "glm", "glm4", "minimax_m2", "nemotron", "gemma2", "vaultgemma", "gpt_oss",
-                                  "stablelm"})
+#: families whose query reaches SDPA heads-major (the concatenating rotary of Phi-3, the GLMs — Param2 and Sarvam MoE
+#: run GLM-4.5's, which concatenates an empty pass-through at a full-width rotary too —, MiniMax-M2, Nemotron and
+#: StableLM) or that attend eagerly here (Gemma 2, VaultGemma, gpt-oss): their attention output is copied for the
+#: output projection on this CPU too (measured)
+_OUTPUT_COPIED_ON_CPU = frozenset({"phi3", "glm4_moe", "param2moe", "sarvam_moe", "glm", "glm4", "minimax_m2", "nemotron",
+                                  "gemma2", "vaultgemma", "gpt_oss", "stablelm"})
 
 
 def _unexplained_per_token(cfg: dict) -> float:

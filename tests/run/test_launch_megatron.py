@@ -362,3 +362,18 @@ def test_a_two_matrix_mlp_renders_its_own_activation(tmp_path: Path) -> None:
         render(_from_config(tmp_path / "hostile", {"model_type": "starcoder2", **base, "num_key_value_heads": 2,
                                                     "hidden_act": "relu\n$(touch x)"}))  # fmt: skip
     assert "\n" not in str(err.value) and "'relu\\n$(touch x)'" in str(err.value)
+
+
+def test_granite_s_scalar_multipliers_are_refused(tmp_path: Path) -> None:
+    """Granite and the families built on it (HyperCLOVA X) scale the embedding, the attention scores, the residual
+    branches and the logits by constants of their config — Granite's attention scale defaults to 1, not 1/sqrt(d) —,
+    which Megatron's GPT does not build: refused in one line rather than rendered as a Llama that trains otherwise."""
+    base = {"hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 8,
+            "num_key_value_heads": 2, "vocab_size": 1000, "pad_token_id": 0, "bos_token_id": 0, "eos_token_id": 0}  # fmt: skip
+    for mt, extra in (("granite", {}), ("hyperclovax", {"use_post_norm": False})):
+        (tmp_path / mt).mkdir()
+        with pytest.raises(SpecError) as err:
+            render(_from_config(tmp_path / mt, {"model_type": mt, **base, **extra}))
+        assert "muP scalars" in str(err.value) and "\n" not in str(err.value)
+    (tmp_path / "llama").mkdir()  # the same shape as a Llama renders
+    assert render(_from_config(tmp_path / "llama", {"model_type": "llama", **base})).commands

@@ -104,6 +104,10 @@ def check(plan: LaunchPlan) -> ModelArch:
         what = ("four norms a block (Gemma 2/3, GLM-4-0414)" if arch.block_norms == 4
                 else "one norm a block read by attention and the MLP side by side (Cohere)")
         raise unsupported(plan, f"the model has {what}, which Megatron's GPT layer does not build")
+    if arch.hf_model_type in _SCALAR_MULTIPLIED:
+        raise unsupported(plan, f"the model ({arch.hf_model_type}) multiplies its embedding, attention scores, residual "
+                                "branches and logits by constants of its config (Granite's muP scalars), which "
+                                "Megatron's GPT does not build")  # fmt: skip
     if arch.moe is not None and (arch.moe.shared_gate or arch.moe.router_bias or arch.moe.expert_bias):
         raise unsupported(plan, "the model's experts have a shared-expert gate or biases, not rendered for Megatron-LM")
     if arch.attention_bias == "qkvo":
@@ -111,6 +115,10 @@ def check(plan: LaunchPlan) -> ModelArch:
     return arch
 
 
+#: families that scale the embedding, the attention scores, each residual branch and the logits by config constants
+#: (``embedding_multiplier``, ``attention_multiplier``, ``residual_multiplier``, ``logits_scaling``: transformers 5.25
+#: ``modeling_granite.py`` and the families built on it), where Megatron's GPT applies 1, 1/sqrt(head_dim), 1 and 1
+_SCALAR_MULTIPLIED = ("granite", "granitemoe", "granitemoeshared", "hyperclovax")
 #: families whose rotary embedding turns interleaved pairs of channels (transformers' ``rotate_half`` on ``x[..., 0::2]``
 #: and ``x[..., 1::2]``) where Megatron's default turns the two halves of each head
 _INTERLEAVED_ROTARY = ("glm", "glm4", "ernie4_5", "ernie4_5_moe", "cohere", "cohere2")
