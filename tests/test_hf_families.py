@@ -115,6 +115,9 @@ VARIANTS = [
      "num_nextn_predict_layers": 1},
     {"model_type": "glm4_moe", **TINY, "num_attention_heads": 3, "num_key_value_heads": 1, "n_routed_experts": 4, "num_experts_per_tok": 1,
      "moe_intermediate_size": 8, "first_k_dense_replace": 0, "num_nextn_predict_layers": 0},
+    {"model_type": "mellum", **TINY, "head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16,
+     "attention_bias": True, "sliding_window": 8, "layer_types": ["sliding_attention", "full_attention"] * 2,
+     "mlp_layer_types": ["dense", "sparse", "sparse", "dense"], "num_mtp_layers": 0},
     {"model_type": "exaone", **{k: v for k, v in TINY.items() if k != "num_hidden_layers"}, "num_layers": 4,
      "activation_function": "silu", "layer_norm_epsilon": 1e-5, "embed_dropout": 0.0, "attention_bias": True,
      "tie_word_embeddings": True},
@@ -476,10 +479,11 @@ def test_keys_left_out_take_the_config_classes_defaults() -> None:
         arch_from_hf_config({"model_type": "seed_oss", **TINY, "head_dim": None})
 
 
-# keys each session-22 reader fills from its config class when a config.json leaves them out
+# keys each of these readers fills from its config class when a config.json leaves them out
 _CLASS_DEFAULTS = {"exaone": ("num_key_value_heads", "vocab_size", "intermediate_size"),
                    "cwm": ("head_dim", "num_key_value_heads", "sliding_window"),
                    "hyperclovax": ("use_post_norm",),
+                   "mellum": ("head_dim", "num_key_value_heads", "num_local_experts", "mlp_layer_types", "layer_types"),
                    "param2moe": ("use_qk_norm", "num_nextn_predict_layers", "head_dim", "num_key_value_heads",
                                  "n_shared_experts", "tie_word_embeddings", "n_routed_experts"),
                    "sarvam_moe": ("use_qk_norm", "num_nextn_predict_layers", "head_dim", "num_key_value_heads",
@@ -491,7 +495,7 @@ _CLASS_DEFAULTS = {"exaone": ("num_key_value_heads", "vocab_size", "intermediate
 
 @pytest.mark.parametrize("mt", sorted(_CLASS_DEFAULTS))
 def test_config_subclasses_read_their_own_defaults(mt: str) -> None:
-    """EXAONE 3, CWM, HyperCLOVA X, Param2 MoE, Sarvam MoE and Sarvam MLA subclass the configs of Llama, Granite,
+    """EXAONE 3, CWM, HyperCLOVA X, Mellum 2, Param2 MoE, Sarvam MoE and Sarvam MLA subclass the configs of Llama, Granite,
     GLM-4.5 and DeepSeek-V3 with defaults of their own: a config.json that leaves those keys out builds what the
     subclass defaults to, and trainplan counts exactly that (transformers on the meta device is the reference)."""
     cfg = {k: v for k, v in _default(mt).items() if k not in _CLASS_DEFAULTS[mt]}
@@ -518,12 +522,17 @@ def test_released_key_spellings_are_read_and_what_transformers_drops_is_refused(
     param2 = arch_from_hf_config(next(c for c in VARIANTS if c["model_type"] == "param2moe"))
     assert param2.moe is not None and (param2.moe.experts, param2.moe.dense_layers, param2.mtp_layers) == (4, (0, 1), 1)
     assert (param2.attention_bias, param2.qk_norm) == ("qkv", None)
+    mellum = arch_from_hf_config(next(c for c in VARIANTS if c["model_type"] == "mellum"))
+    assert mellum.moe is not None and (mellum.moe.dense_layers, mellum.sliding_layers, mellum.attention_bias) == ((0, 3), 2, "qkvo")
+    assert param_counts(arch_from_hf_config(_default("mellum"))).total == 12_149_923_072  # Mellum2-12B-A2.5B
     mla = arch_from_hf_config(next(c for c in VARIANTS if c["model_type"] == "sarvam_mla"))
     assert mla.mla is not None and mla.mla.q_lora_rank is None and mla.moe is not None and mla.moe.shared_ffn_hidden == 32
     for cfg, key in (({**exaone, "num_hidden_layers": 6}, "num_layers"), ({**exaone, "embed_dropout": 0.1}, "embed_dropout"),
                      ({"model_type": "cwm", **TINY, "attention_bias": True}, "attention_bias"),
                      ({**_default("sarvam_moe"), "num_experts": 64}, "num_experts"),
-                     ({**_default("sarvam_mla"), "q_head_dim": 128}, "q_head_dim")):  # fmt: skip
+                     ({**_default("sarvam_mla"), "q_head_dim": 128}, "q_head_dim"),
+                     ({**_default("mellum"), "num_mtp_layers": 1}, "num_nextn_predict_layers"),
+                     ({**_default("mellum"), "mlp_layer_types": ["dense"] * 28}, "mlp_layer_types")):  # fmt: skip
         with pytest.raises(ConfigRefused, match=key):
             arch_from_hf_config(cfg)
 

@@ -746,6 +746,39 @@ def _read_qwen3_moe(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[s
                         "mlp_only_layers"}  # fmt: skip
 
 
+def _read_mellum(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """JetBrains Mellum 2 (``MellumForCausalLM``): Qwen3-MoE's attention (per-head q/k RMSNorms, ``attention_bias`` on
+    q, k, v and o) with a ``sliding_window`` on the layers ``layer_types`` names (none by default), Qwen3-MoE's routed
+    experts on the layers ``mlp_layer_types`` marks ``sparse`` (every layer by default) and a gated MLP of
+    ``intermediate_size`` on the ``dense`` ones. Its MTP layer (``num_mtp_layers``), which transformers does not build
+    (``_keys_to_ignore_on_load_unexpected``) and whose layout is not modelled, is refused: 0 plans the model
+    transformers trains. Keys left out take ``MellumConfig``'s defaults: head_dim 128, 4 KV heads, 64 experts
+    (transformers 5.25 ``modular_mellum.py``)."""
+    cfg = _renamed(cfg, mt, {"num_experts": "num_local_experts", "num_mtp_layers": "num_nextn_predict_layers"})
+    cfg = {"head_dim": 128, "num_key_value_heads": 4, "num_local_experts": 64, "sliding_window": 1024, **cfg}
+    for key in ("num_nextn_predict_layers", "mtp_layer_types", "mtp_mlp_layer_types"):
+        if cfg.get(key):
+            raise ConfigRefused(f"{mt} config {key}: Mellum's multi-token-prediction layer is not built by transformers "
+                                "and its layout is not modelled; allowed: 0 or null (plans the model transformers trains)")  # fmt: skip
+    out = _llama_like({k: v for k, v in cfg.items() if k != "attention_bias"}, mt)
+    out["attention_bias"] = "qkvo" if cfg.get("attention_bias") else None
+    out["qk_norm"] = "head"
+    out.update(_sliding(cfg, mt, out["layers"], lambda n: ["full_attention"] * n))
+    n = out["layers"]
+    types = cfg.get("mlp_layer_types") or ["sparse"] * n
+    if len(types) != n or set(types) - {"dense", "sparse"}:
+        raise ConfigRefused(f"{mt} config mlp_layer_types: one of dense, sparse per layer ({n}) is modelled")
+    if "sparse" not in types:
+        raise ConfigRefused(f"{mt} config mlp_layer_types: every layer dense; give at least one sparse layer")
+    out["moe"] = MoE(experts=cfg["num_local_experts"], top_k=_need(cfg, "num_experts_per_tok", mt),
+                     expert_ffn_hidden=_need(cfg, "moe_intermediate_size", mt),
+                     dense_layers=tuple(i for i, t in enumerate(types) if t == "dense"))  # fmt: skip
+    return out, COMMON_KEYS | {"attention_bias", "mlp_bias", "sliding_window", "layer_types", "mlp_layer_types",
+                               "num_experts", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size",
+                               "num_mtp_layers", "num_nextn_predict_layers", "mtp_layer_types",
+                               "mtp_mlp_layer_types"}  # fmt: skip
+
+
 def _read_olmoe(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
     """OLMoE (``OlmoeAttention``): q and k normalised over their full width (Muennighoff et al. 2024, arXiv 2409.02060)."""
     out = _llama_like(cfg, mt)
@@ -1149,6 +1182,7 @@ READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str
     "qwen2_moe": _read_qwen2_moe,
     "qwen3_moe": _read_qwen3_moe,
     "olmoe": _read_olmoe,
+    "mellum": _read_mellum,
     "flex_olmo": _read_flex_olmo,
     "deepseek_v2": _read_deepseek,
     "deepseek_v3": _read_deepseek,
