@@ -293,9 +293,14 @@ def test_a_config_json_s_rotary_and_norm_settings_are_rendered(tmp_path: Path) -
            "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 1000,
            "n_routed_experts": 8, "num_experts_per_tok": 2, "num_nextn_predict_layers": 0,
            "rope_parameters": {"rope_theta": 1000000.0, "partial_rotary_factor": 0.5, "rope_type": "default"}}  # fmt: skip
-    (tmp_path / "glm4_moe").mkdir()
-    g = args_of(render(_from_config(tmp_path / "glm4_moe", glm)).commands[0].argv)
+    (tmp_path / "stablelm-half").mkdir()  # a rotated fraction and base given inside rope_parameters
+    half = {k: v for k, v in glm.items() if k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                                                  "num_key_value_heads", "vocab_size", "rope_parameters")}  # fmt: skip
+    g = args_of(render(_from_config(tmp_path / "stablelm-half", {"model_type": "stablelm", **half, "pad_token_id": 0})).commands[0].argv)
     assert (g["--rotary-base"], g["--rotary-percent"]) == ("1000000", "0.5") and "--norm-epsilon" not in g
+    (tmp_path / "glm4_moe").mkdir()  # GLM-4.5's sigmoid router with its score-correction bias is not rendered
+    with pytest.raises(SpecError, match="scores experts with a sigmoid"):
+        render(_from_config(tmp_path / "glm4_moe", glm))
     # StableLM rotates a quarter of each head when its config leaves the key out (StableLmConfig's default)
     (tmp_path / "stablelm").mkdir()
     stablelm = {k: v for k, v in glm.items() if k in ("hidden_size", "intermediate_size", "num_hidden_layers",
@@ -377,3 +382,23 @@ def test_granite_s_scalar_multipliers_are_refused(tmp_path: Path) -> None:
         assert "muP scalars" in str(err.value) and "\n" not in str(err.value)
     (tmp_path / "llama").mkdir()  # the same shape as a Llama renders
     assert render(_from_config(tmp_path / "llama", {"model_type": "llama", **base})).commands
+
+
+def test_a_softmax_router_renders_whether_it_renormalises_its_top_k(tmp_path: Path) -> None:
+    """Megatron's default router takes a softmax over the k largest logits — a softmax over every expert renormalised
+    over the chosen k, as Mixtral's; a Qwen3-MoE without ``norm_topk_prob`` (its config class's default) keeps the
+    softmax weights of all experts unrenormalised, which is ``--moe-router-pre-softmax`` (read into
+    ``moe_router_pre_softmax`` by Megatron Core where it is installed)."""
+    base = {"hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 8,
+            "num_key_value_heads": 2, "vocab_size": 1000, "pad_token_id": 0, "num_experts_per_tok": 2}  # fmt: skip
+    cases = {"mixtral": ({"num_local_experts": 8}, False),
+             "qwen3_moe": ({"num_experts": 8, "moe_intermediate_size": 128, "head_dim": 32}, True),
+             "qwen3_moe-normalised": ({"model_type": "qwen3_moe", "num_experts": 8, "moe_intermediate_size": 128,
+                                       "head_dim": 32, "norm_topk_prob": True}, False)}  # fmt: skip
+    for name, (extra, pre_softmax) in cases.items():
+        (tmp_path / name).mkdir()
+        plan = _from_config(tmp_path / name, {"model_type": name, **base, **extra})
+        argv = render(plan).commands[0].argv
+        assert ("--moe-router-pre-softmax" in argv) is pre_softmax, name
+        if megatron_core_available():
+            assert transformer_config_kwargs(arguments(plan, check(plan))).get("moe_router_pre_softmax", False) is pre_softmax

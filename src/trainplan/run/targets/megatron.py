@@ -191,6 +191,8 @@ def config_arguments(plan: LaunchPlan, arch: ModelArch) -> tuple[list[str], list
         args += _TWO_MATRIX_ACTIVATIONS[act]
     if arch.hf_model_type == "nemotron":  # NemotronLayerNorm1P scales by 1 + weight: Megatron's zero-centred gamma
         args.append("--apply-layernorm-1p")
+    if arch.moe is not None:
+        args += _router_arguments(plan, arch, cfg)
     eps = next((cfg[k] for k in ("rms_norm_eps", "layer_norm_eps", "norm_epsilon", "layer_norm_epsilon", "norm_eps")
                 if k in cfg), None)  # fmt: skip
     if eps is not None:
@@ -198,6 +200,32 @@ def config_arguments(plan: LaunchPlan, arch: ModelArch) -> tuple[list[str], list
     else:
         unsaid.append("the norm epsilon")
     return args, unsaid
+
+
+#: families whose router scores experts with a sigmoid plus a score-correction bias (DeepSeek-V3's auxiliary-loss-free
+#: balancing), where Megatron's default router takes a softmax (transformers 5.25 modeling: ``router_logits.sigmoid()``
+#: and ``e_score_correction_bias`` in each family's router, GLM-4.5's for Param2 and Sarvam)
+_SIGMOID_ROUTED = ("deepseek_v3", "sarvam_mla", "glm4_moe", "glm4_moe_lite", "param2moe", "sarvam_moe", "dots1",
+                   "solar_open", "minimax_m2", "ernie4_5_moe")
+#: what ``norm_topk_prob`` defaults to where a family's softmax router reads it (transformers 5.25 config classes)
+_NORM_TOPK_DEFAULT = {"qwen3_moe": False, "qwen2_moe": False, "olmoe": False, "mellum": True}
+
+
+def _router_arguments(plan: LaunchPlan, arch: ModelArch, cfg: dict[str, Any]) -> list[str]:
+    """The router a config.json's family builds, as Megatron-Core's: its default router takes top-k of the logits and a
+    softmax over those k (``moe_router_pre_softmax`` false: the same weights as a softmax over all experts renormalised
+    over the k chosen — Mixtral's, Hunyuan's, a Qwen3-MoE with ``norm_topk_prob``); a softmax over all experts whose
+    top-k weights are not renormalised (``norm_topk_prob`` false) is ``--moe-router-pre-softmax``. Sigmoid routers
+    with a score-correction bias are refused: this rendering does not set Megatron's sigmoid, expert-bias, group and
+    scaling switches, and rendering its softmax would train another model than the one planned."""
+    if arch.hf_model_type in _SIGMOID_ROUTED:
+        raise unsupported(plan, f"the model's router ({arch.hf_model_type}) scores experts with a sigmoid and a "
+                                "score-correction bias, which this Megatron-LM rendering does not set (its default "
+                                "router is a softmax)")  # fmt: skip
+    if arch.hf_model_type in _NORM_TOPK_DEFAULT:
+        if not cfg.get("norm_topk_prob", _NORM_TOPK_DEFAULT[arch.hf_model_type]):
+            return ["--moe-router-pre-softmax"]
+    return []
 
 
 def _moe_layer_freq(arch: ModelArch) -> str:
@@ -344,8 +372,8 @@ def _unsaid_note(plan: LaunchPlan, arch: ModelArch) -> str:
                 "rotary base (Megatron's default 10000; Llama 3 uses --rotary-base 500000) and its scaling, the norm "
                 "epsilon and initialisation — add the model's own, or plan from its config.json, whose values are rendered")  # fmt: skip
     unsaid = config_arguments(plan, arch)[1]
-    return ("rendered from the model's config.json: its rotary base, rotated fraction and scaling, its MLP activation "
-            "and its norm epsilon where it states them" + (f" (it leaves out {' and '.join(unsaid)}: Megatron's default is rendered; its "
+    return ("rendered from the model's config.json: its rotary base, rotated fraction and scaling, its MLP activation, "
+            "its experts' router and its norm epsilon where it states them" + (f" (it leaves out {' and '.join(unsaid)}: Megatron's default is rendered; its "
                                       "config class's default may differ)" if unsaid else "")
             + "; initialisation is Megatron's")  # fmt: skip
 
@@ -408,6 +436,7 @@ _FIELDS = {
     "--mtp-num-layers": "mtp_num_layers",
 }  # fmt: skip
 _SWITCHES = {"--sequence-parallel": "sequence_parallel", "--swiglu": "gated_linear_unit", "--moe-grouped-gemm": "moe_grouped_gemm",
+             "--moe-router-pre-softmax": "moe_router_pre_softmax",
              "--bf16": "bf16", "--fp16": "fp16", "--qk-layernorm": "qk_layernorm",
              "--account-for-embedding-in-pipeline-split": "account_for_embedding_in_pipeline_split",
              "--account-for-loss-in-pipeline-split": "account_for_loss_in_pipeline_split"}  # fmt: skip
