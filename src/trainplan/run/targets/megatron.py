@@ -206,7 +206,7 @@ def config_arguments(plan: LaunchPlan, arch: ModelArch) -> tuple[list[str], list
 #: balancing), where Megatron's default router takes a softmax (transformers 5.25 modeling: ``router_logits.sigmoid()``
 #: and ``e_score_correction_bias`` in each family's router, GLM-4.5's for Param2 and Sarvam)
 _SIGMOID_ROUTED = ("deepseek_v3", "sarvam_mla", "glm4_moe", "glm4_moe_lite", "param2moe", "sarvam_moe", "dots1",
-                   "solar_open", "minimax_m2", "ernie4_5_moe")
+                   "solar_open", "minimax_m2")
 #: what ``norm_topk_prob`` defaults to where a family's softmax router reads it (transformers 5.25 config classes)
 _NORM_TOPK_DEFAULT = {"qwen3_moe": False, "qwen2_moe": False, "olmoe": False, "mellum": True}
 
