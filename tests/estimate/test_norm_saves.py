@@ -290,10 +290,11 @@ def _unexplained_per_token(cfg: dict) -> float:
         return max(_saved_by_loss_step(cfg, batch=batch) for _ in range(runs))
 
     measured = kept(4) - kept(2)
-    if cfg["model_type"] not in _OUTPUT_COPIED_ON_CPU:
+    arch = arch_from_hf_config(cfg)
+    # latent attention concatenates its query heads-major too (DeepseekV3Attention: torch.cat((q_pass, q_rot)))
+    if cfg["model_type"] not in _OUTPUT_COPIED_ON_CPU and arch.mla is None:
         from trainplan.estimate import architecture as arch_mod
 
-        arch = arch_from_hf_config(cfg)
         measured += 2 * arch_mod.attention_inner_dim(arch) * arch.layers * 64
     return (measured - (_predicted(cfg, 4) - _predicted(cfg, 2))) / 64
 
@@ -322,6 +323,58 @@ def test_each_family_keeps_what_the_estimate_counts_beyond_a_llama(mt: str) -> N
     narrow, wide = _gap(mt, 64), _gap(mt, 128)
     assert abs(narrow) <= 48, narrow
     assert abs(wide - narrow) <= 8, (narrow, wide)
+
+
+def _reference_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, **kwargs):  # noqa: ANN001, ANN202
+    """A stand-in for PyTorch's fused SDPA kernels that keeps what they keep for backward — the query, key and value
+    as passed, the output allocated in the query's layout, an fp32 log-sum-exp per head and row
+    (``ScaledDotProductFlashAttentionForCpuBackward0``'s ``_saved_*``; ``_scaled_dot_product_efficient_attention`` in
+    PyTorch's derivatives.yaml) — for head widths this CPU's flash kernel does not take: with q/k wider or narrower
+    than v it falls back to the math path, which keeps the s² probabilities and fp32 copies no GPU kernel keeps."""
+    import torch
+
+    class Fused(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v):  # noqa: ANN001, ANN205
+            with torch.no_grad():
+                scores = (q.float() @ k.float().transpose(-1, -2)) * (q.shape[-1] ** -0.5 if scale is None else scale)
+                n = scores.shape[-1]
+                if is_causal or attn_mask is None:
+                    scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+                else:
+                    scores = scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else scores + attn_mask
+                lse = torch.logsumexp(scores, dim=-1)
+                result = (torch.softmax(scores, -1) @ v.float()).to(q.dtype)
+            order = sorted(range(4), key=lambda d: -q.stride(d))  # the query's layout, outermost first
+            out = q.new_empty([result.shape[d] for d in order]).permute([order.index(d) for d in range(4)])
+            out.copy_(result)
+            ctx.save_for_backward(q, k, v, out, lse)
+            return out
+
+        @staticmethod
+        def backward(ctx, grad):  # noqa: ANN001, ANN205
+            q, k, v, _, _ = ctx.saved_tensors
+            with torch.enable_grad():
+                inputs = [x.detach().requires_grad_() for x in (q, k, v)]
+                o = Fused.apply(*inputs)  # never reached by the byte count, which runs forward only
+                return torch.autograd.grad(o, inputs, grad)
+
+    return Fused.apply(query, key, value)
+
+
+def test_latent_attention_at_unequal_head_widths_keeps_what_the_estimate_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DeepSeek-V3's q/k heads are wider than its v heads (192 against 128). V is a view of ``kv_b_proj``'s output,
+    which the kernel keeps as passed (not a V of its own), and the output is v_head_dim wide: what the estimate counts
+    (``transformer._attention_widths``). This CPU's flash kernel takes equal widths only, so the comparison runs
+    through :func:`_reference_sdpa`, which first reproduces the real kernel's bytes at equal widths (for the latent
+    attention and for the Llama it is compared with); then at v narrower and wider than q/k the gap against a Llama
+    is the equal-width gap (the router's ties move it by up to 4 bytes run to run)."""
+    equal = _gap("deepseek_v3", 64)
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", _reference_sdpa)
+    assert abs(_gap("deepseek_v3", 64) - equal) <= 4
+    for v in (8, 16):
+        monkeypatch.setitem(FAMILIES, "deepseek_v3-v", {**FAMILIES["deepseek_v3"], "model_type": "deepseek_v3", "v_head_dim": v})
+        assert abs(_gap("deepseek_v3-v", 64) - equal) <= 8, v
 
 
 def test_fp32_routers_keep_a_fp32_copy_of_their_input() -> None:

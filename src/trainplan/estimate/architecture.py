@@ -51,6 +51,15 @@ def attention_inner_dim(a: ModelArch) -> int:
     return a.heads * _head_dim(a)
 
 
+def attention_output_dim(a: ModelArch) -> int:
+    """Width of the attention output, the output projection's input: heads × head_dim (MLA: heads × v_head_dim,
+    DeepSeek-V2 paper eq. 18 — narrower than the queries and keys where v_head_dim < qk_head_dim, as DeepSeek-V3's
+    128 against 192)."""
+    if a.mla is not None:
+        return a.heads * a.mla.v_head_dim
+    return attention_inner_dim(a)
+
+
 def kv_inner_dim(a: ModelArch) -> int:
     """kv_heads × head_dim: width of K and V (smaller with GQA/MQA, Ainslie et al. 2023; MLA: the per-head K)."""
     if a.mla is not None:

@@ -357,6 +357,9 @@ def layer_activation_bytes(
     gelu_python: bool = False,
     lora: LoraSaves | None = None,
     split: list[tuple[float, float]] | None = None,
+    v_dim: int | None = None,
+    out_dim: int | None = None,
+    copy_dim: int | None = None,
 ) -> float:
     """Activation bytes one transformer block keeps for backward (Korthikanti et al. 2022, eq. 1, term by term).
 
@@ -422,6 +425,10 @@ def layer_activation_bytes(
     the output projection's copy stay only for an adapted layer (or a 4-bit one) that reads them, each fp32 adapter
     keeps its own copy of its input, and a frozen SwiGLU keeps 3e·f (SiLU's input, its output and up's, for ``mul``),
     a GELU e·f.  Not with fused kernels, compile or a Python GELU (their own counts above).
+    ``v_dim``, ``out_dim`` and ``copy_dim``: the widths of the V the attention keeps, of its output and of the
+    output projection's copy of it where they differ from K's and Q's (multi-head latent attention, whose V is a view
+    of ``kv_b_proj``'s output and whose output is every head's ``v_head_dim``: ``transformer._attention_widths``); by
+    default ``kv_dim``, ``q_dim`` and ``out_dim``.
     ``attention_output_copy``: PyTorch's fused SDPA kernel keeps its own output
     ``(B, H, S, D)`` for backward, and the output projection keeps the
     contiguous ``(B, S, H·D)`` copy that ``transpose(1, 2).contiguous()`` (or
@@ -435,12 +442,15 @@ def layer_activation_bytes(
     norms = (1 if shared_norm else 2) * norm_saved_bytes_per_token(
         hidden, norm, precision, compiled=norm_is_fused(norm, compiled=compiled, fused_kernels=fused_kernels),
         weight_trainable=not frozen_norms, fp32_weight=norm_fp32_weight, python=norm_python)
-    attn_linear = e * hidden + e * (q_dim + 2 * kv_dim) + e * q_dim
+    v_dim = kv_dim if v_dim is None else v_dim
+    out_dim = q_dim if out_dim is None else out_dim
+    copy_dim = out_dim if copy_dim is None else copy_dim
+    attn_linear = e * hidden + e * (q_dim + kv_dim + v_dim) + e * out_dim
     fp32_softmax = autocast_softmax and e == 2
     if flash_attention:
         core = 4.0 * heads  # fp32 log-sum-exp per head per token
         if attention_output_copy:
-            attn_linear += e * q_dim
+            attn_linear += e * copy_dim
     else:
         core = (4.0 + e if fp32_softmax else e) * heads * seq_len
         if sinks:  # the softmax covers the sink column too; the max's indices
@@ -464,7 +474,7 @@ def layer_activation_bytes(
         mlp_input = (e * hidden if lora.shares_input(lora.gate_up) else 0.0) + lora.gate_up * own * hidden
         attn_linear += qkv_input - e * hidden
         if lora.o and own:  # o_proj's lora_A keeps its own copy; the 16-bit one only a 4-bit o_proj keeps
-            attn_linear += own * q_dim - (e * q_dim if attention_output_copy and not lora.base_keeps_inputs else 0.0)
+            attn_linear += own * copy_dim - (e * copy_dim if attention_output_copy and not lora.base_keeps_inputs else 0.0)
         product = (e if lora.shares_input(int(lora.down)) else 0.0) + (own if lora.down else 0.0)
         mlp_bytes = mlp_input + ((3 if mlp == "swiglu" else 1) * e + product) * ffn_hidden
         mlp_bytes += lora.adapted * lora.rank * lora.adapter_out_bytes + lora.qkv_out_bytes

@@ -9,6 +9,7 @@ each of those cites its source.  Hardware and strategy are applied by
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from trainplan.catalog import Catalog, get_catalog, resolve_model
 from trainplan.estimate import architecture as arch_mod
@@ -248,9 +249,39 @@ def _attention_output_copy(job: TransformerJob, arch: ModelArch, k: Knobs) -> bo
     """
     if job.flash_attention is not FlashAttention.AUTO or k.compile or k.stack is Stack.LLM_FOUNDRY:
         return False
+    return _projection_keeps_input(job, arch, k)
+
+
+def _projection_keeps_input(job: TransformerJob, arch: ModelArch, k: Knobs) -> bool:
+    """Whether the output projection keeps its input (:func:`_attention_output_copy`)."""
     lora = job.lora_spec
     bitsandbytes = job.method is Method.QLORA and k.stack is not Stack.TORCHTUNE
     return lora is None or bitsandbytes or "o_proj" in arch_mod.lora_targets(arch, lora)
+
+
+def _attention_widths(job: TransformerJob, arch: ModelArch, k: Knobs) -> dict[str, Any]:
+    """The widths of V and of the attention output that a block keeps, and whether the output projection keeps a
+    contiguous copy of that output (``memory.layer_activation_bytes``' ``v_dim``, ``out_dim``, ``copy_dim``,
+    ``attention_output_copy``).
+
+    Multi-head latent attention (transformers 5.25 ``DeepseekV3Attention``, which DeepSeek-V2 / V3 and the families
+    built on it run): V is split out of ``kv_b_proj``'s output (``expand_kv``: ``torch.split``), and a fused SDPA kernel
+    or eager attention keeps that view — its storage is ``kv_b_proj``'s output, counted in
+    :func:`mla_latent_bytes_per_token` —, not a V of its own (measured with saved-tensor hooks: the CPU kernel's
+    ``_saved_value`` shares the split's storage, ``tests/estimate/test_norm_saves.py``); the output and its copy are
+    every head's ``v_head_dim``.  ``flash_attention: true`` (``flash_attention_2``) pads V to the q/k width
+    (``integrations/flash_attention.py``: ``F.pad``, a tensor of its own) and crops the output back: the kernel keeps
+    the padded V and output, and where the widths differ the output projection a contiguous copy of the crop
+    (``reshape`` of a non-contiguous slice)."""
+    copy = _attention_output_copy(job, arch, k)
+    if arch.mla is None:
+        return {"attention_output_copy": copy}
+    n, m = arch.heads, arch.mla
+    if job.flash_attention is FlashAttention.TRUE:
+        cropped = m.qk_head_dim != m.v_head_dim and not k.compile and _projection_keeps_input(job, arch, k)
+        return {"v_dim": n * m.qk_head_dim, "out_dim": n * m.qk_head_dim, "copy_dim": n * m.v_head_dim,
+                "attention_output_copy": cropped}  # fmt: skip
+    return {"v_dim": 0, "out_dim": n * m.v_head_dim, "attention_output_copy": copy}
 
 
 def _layer_bytes(job: TransformerJob, arch: ModelArch, k: Knobs, ffn_hidden: int) -> float:
@@ -295,7 +326,7 @@ def layer_split(job: TransformerJob, arch: ModelArch, k: Knobs, ffn_hidden: int)
         autocast_softmax=_fp32_scores(job, arch, k),
         softcap=arch.attention_softcap is not None,
         sinks=arch.attention_sinks,
-        attention_output_copy=_attention_output_copy(job, arch, k),
+        **_attention_widths(job, arch, k),
         fused_kernels=k.fused_kernels,
         gelu_python=arch.gelu_python,
         down_proj_keeps_input=job.lora_spec is None or "down_proj" in arch_mod.lora_targets(arch, job.lora_spec),
@@ -684,7 +715,7 @@ def _selective_split(job: TransformerJob, arch: ModelArch, k: Knobs, ffn_hidden:
     tokens = job.seq_len * job.micro_batch
     replicated, sharded = selective_saved_bytes_per_token(
         linears=[(w, full) for _, _, w, full in _block_matmuls(job, arch, ffn_hidden)], hidden=arch.hidden,
-        heads=arch.heads, q_dim=arch_mod.attention_inner_dim(arch), seq_len=job.seq_len,
+        heads=arch.heads, q_dim=arch_mod.attention_output_dim(arch), seq_len=job.seq_len,
         e=job.precision.compute_bytes, flash_attention=_flash(job, arch), selective=k.selective_recompute)  # fmt: skip
     return tokens * replicated, tokens * sharded
 
