@@ -779,6 +779,42 @@ def _read_mellum(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]
                                "mtp_mlp_layer_types"}  # fmt: skip
 
 
+def _read_afmoe(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """Arcee AFMoE (``AfmoeForCausalLM``, Trinity): an attention whose output is multiplied by
+    ``sigmoid(gate_proj(x))`` (``attention_gate``), per-head q/k RMSNorms, four norms a block (before and after
+    attention and the MLP), every norm multiplying its weight in fp32 (``Olmo2RMSNorm``), local attention within
+    ``sliding_window`` on the layers ``layer_types`` names (by default all but every ``global_attn_every_n_layers``-th)
+    and rotary embeddings on those local layers only (the global ones NoPE); a dense MLP of ``intermediate_size`` on
+    the first ``num_dense_layers`` layers, then routed experts of ``moe_intermediate_size`` with ``num_shared_experts``
+    of them shared, behind a sigmoid router and one fp32 bias per expert held as a parameter the gradient never reaches
+    (counted with the router, as ERNIE 4.5's). ``mup_enabled`` and ``route_scale`` multiply by Python scalars (nothing
+    kept). Keys left out take ``AfmoeConfig``'s defaults (transformers 5.25 ``modular_afmoe.py``)."""
+    cfg = {"head_dim": 128, "num_dense_layers": 1, "num_experts": 64, "num_experts_per_tok": 6, "num_shared_experts": 2,
+           "moe_intermediate_size": 1408, "global_attn_every_n_layers": 4, "sliding_window": 1024, **cfg}  # fmt: skip
+    for key in ("num_dense_layers", "num_experts", "num_experts_per_tok", "num_shared_experts", "moe_intermediate_size",
+                "global_attn_every_n_layers"):  # fmt: skip
+        if not isinstance(cfg[key], int) or isinstance(cfg[key], bool):
+            raise ConfigRefused(f"{mt} config {key}: one integer is modelled (got {cfg[key]!r})")
+    out = _llama_like({k: v for k, v in cfg.items() if k != "attention_bias"}, mt)
+    out.update(attention_bias="qkvo" if cfg.get("attention_bias") else None, attention_gate="proj", qk_norm="head",
+               block_norms=4, norm_fp32_weight=True)  # fmt: skip
+    n, every = out["layers"], cfg["global_attn_every_n_layers"]
+    if every < 1:
+        raise ConfigRefused(f"{mt} config global_attn_every_n_layers: a positive integer is modelled (got {every})")
+    types = cfg.get("layer_types") or ["sliding_attention" if (i + 1) % every else "full_attention" for i in range(n)]
+    out.update(_sliding({**cfg, "layer_types": types}, mt, n, None))
+    out["nope_layers"] = sum(t == "full_attention" for t in types)
+    fe, dense = cfg["moe_intermediate_size"], min(cfg["num_dense_layers"], n)
+    if dense == n:
+        raise ConfigRefused(f"{mt} config num_dense_layers: every layer dense ({dense}); give at least one MoE layer")
+    out["moe"] = MoE(experts=cfg["num_experts"], top_k=cfg["num_experts_per_tok"], expert_ffn_hidden=fe,
+                     shared_ffn_hidden=cfg["num_shared_experts"] * fe, router_bias=True,  # the fp32 expert_bias
+                     dense_layers=tuple(range(dense)))  # fmt: skip
+    return out, COMMON_KEYS | {"attention_bias", "mlp_bias", "num_dense_layers", "num_experts", "num_experts_per_tok",
+                               "num_shared_experts", "moe_intermediate_size", "global_attn_every_n_layers",
+                               "sliding_window", "layer_types", "route_scale", "mup_enabled"}  # fmt: skip
+
+
 def _read_olmoe(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
     """OLMoE (``OlmoeAttention``): q and k normalised over their full width (Muennighoff et al. 2024, arXiv 2409.02060)."""
     out = _llama_like(cfg, mt)
@@ -1183,6 +1219,7 @@ READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str
     "qwen3_moe": _read_qwen3_moe,
     "olmoe": _read_olmoe,
     "mellum": _read_mellum,
+    "afmoe": _read_afmoe,
     "flex_olmo": _read_flex_olmo,
     "deepseek_v2": _read_deepseek,
     "deepseek_v3": _read_deepseek,

@@ -129,6 +129,10 @@ class ModelArch(BaseModel):
     # weight (Cohere's ``use_qk_norm``: weights of (heads, head_dim)), or over the full width (OLMoE)
     qk_norm: Literal["head", "each_head", "full"] | None = None
     attention_sinks: bool = False  # gpt-oss: one learned sink logit per head
+    # Arcee AFMoE: the attention output multiplied element-wise by sigmoid(gate_proj(x)), gate_proj a bias-free linear of
+    # the block's normed input to heads x head_dim (its own module, ``self_attn.gate_proj``, which PEFT's "gate_proj"
+    # target adapts beside the MLP's)
+    attention_gate: Literal["proj"] | None = None
     # norms a block: 2 (Llama), 4 (Gemma 2/3: pre- and post-norms around attention and MLP) or 1 (Cohere: attention and
     # the MLP read one norm's output side by side and both add to the residual)
     block_norms: Literal[1, 2, 4] = 2
@@ -203,7 +207,7 @@ class ModelArch(BaseModel):
     @property
     def features(self) -> list[str]:
         """The fields set beyond the Llama / GPT-2 / BERT / T5 shapes that :func:`hf_config` can write back."""
-        names = ("moe", "mla", "attention_bias", "qk_norm", "attention_sinks", "block_norms", "sliding_layers",
+        names = ("moe", "mla", "attention_bias", "qk_norm", "attention_sinks", "attention_gate", "block_norms", "sliding_layers",
                  "norm_fp32_weight", "post_norms", "norm_bias", "norm_python", "norm_weight", "embedding_norm",
                  "final_logit_softcap", "attention_softcap", "mtp_layers", "nope_layers")  # fmt: skip
         fields = type(self).model_fields

@@ -201,15 +201,20 @@ def test_adafactor_analytic_and_traced_agree_on_a_transformer() -> None:
 
 
 def test_the_lora_remedy_of_an_mla_model_targets_its_own_linear_layers() -> None:
-    """DeepSeek-V3's attention has no q_proj / v_proj (MLA: q_a_proj, kv_b_proj …): the hint's LoRA variant uses
-    all-linear instead of ending the command with an error about a LoRA the user never asked for."""
+    """A dense MLA model's attention has no q_proj / v_proj (MiniCPM3: q_a_proj, kv_b_proj …): the hint's LoRA variant
+    uses all-linear instead of ending the command with an error about a LoRA the user never asked for. DeepSeek-V3, a
+    mixture of experts, gets no LoRA remedy: all-linear would adapt every routed expert, which is not estimated."""
     from trainplan.planner.core import hint_remedies, job_profile
 
     cat = get_catalog()
-    job = parse_job({"kind": "transformer", "model": "deepseek-v3", "seq_len": 4096, "micro_batch": 1, "steps": 10,
-                     "precision": "bf16"})  # fmt: skip
-    labels = [label for label, j, _ in hint_remedies(job, cat, job_profile(job, cat))]
+    mla = {"q_lora_rank": 64, "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16}
+    dense = parse_job({"kind": "transformer", "model": {"layers": 4, "hidden": 256, "heads": 8, "ffn_hidden": 512,
+                       "vocab": 1000, "mla": mla}, "seq_len": 4096, "micro_batch": 1, "steps": 10, "precision": "bf16"})  # fmt: skip
+    labels = [label for label, j, _ in hint_remedies(dense, cat, job_profile(dense, cat))]
     assert "method: lora, lora.targets: [all-linear]" in labels and "method: lora" not in labels
+    moe = parse_job({"kind": "transformer", "model": "deepseek-v3", "seq_len": 4096, "micro_batch": 1, "steps": 10,
+                     "precision": "bf16"})  # fmt: skip
+    assert not any(label.startswith("method: lora") for label, _, _ in hint_remedies(moe, cat, job_profile(moe, cat)))
     llama = parse_job({"kind": "transformer", "model": "llama-2-7b", "seq_len": 2048, "micro_batch": 1, "steps": 10})
     assert "method: lora" in [label for label, _, _ in hint_remedies(llama, cat, job_profile(llama, cat))]
 

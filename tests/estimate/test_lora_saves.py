@@ -211,3 +211,35 @@ def test_litgpt_blocks_keep_what_trainplan_counts(side: dict[str, float], target
     config = {**bench.CONFIG, "num_key_value_heads": kv_heads}
     measured = side[bench.measurement_key("litgpt", targets, 0.0, kv_heads)]
     assert bench.predicted(targets, stack="litgpt", config=config) == pytest.approx(measured, rel=6e-3)
+
+
+def test_mlp_targets_on_a_mixture_of_experts_adapt_every_expert_and_are_refused() -> None:
+    """PEFT on transformers 5 turns ``gate_proj`` / ``up_proj`` / ``down_proj`` on a mixture of experts into LoRA on
+    the routed experts' stacked weights and keeps a merged copy of them per layer for backward: measured, one more
+    Qwen3-MoE block keeps more than all its experts' bf16 weights beyond the attention-only LoRA. trainplan does not
+    estimate that and refuses those targets (and all-linear) in one line naming ``lora.targets``."""
+    from trainplan.errors import SpecError
+    from trainplan.estimate.transformer import transformer_profile
+    from trainplan.spec import parse_job
+
+    cfg = {**bench.CONFIG, "model_type": "qwen3_moe", "num_experts": 8, "num_experts_per_tok": 2,
+           "moe_intermediate_size": 64, "head_dim": 32, "bos_token_id": None, "eos_token_id": None}  # fmt: skip
+
+    def block(targets: list[str]) -> int:
+        return (bench._saved(targets, True, 0.0, layers=5, config=cfg)
+                - bench._saved(targets, True, 0.0, layers=4, config=cfg))  # fmt: skip
+
+    experts = 8 * 3 * cfg["hidden_size"] * cfg["moe_intermediate_size"] * 2  # gate, up and down of every expert, bf16
+    assert block(["q_proj", "gate_proj", "up_proj", "down_proj"]) - block(["q_proj"]) > experts
+    from trainplan.hfconfig import arch_from_hf_config
+
+    model = arch_from_hf_config({**cfg, "num_hidden_layers": 4}).model_dump(exclude_none=True)
+    for targets in (["q_proj", "gate_proj", "up_proj"], ["all-linear"]):
+        job = parse_job({"kind": "transformer", "model": model, "seq_len": 64, "micro_batch": 2, "steps": 1,
+                         "method": "lora", "lora": {"targets": targets}})  # fmt: skip
+        with pytest.raises(SpecError, match="adapts every routed expert") as err:
+            transformer_profile(job)
+        assert err.value.field == "lora.targets"
+    attention = parse_job({"kind": "transformer", "model": model, "seq_len": 64, "micro_batch": 2, "steps": 1,
+                           "method": "lora", "lora": {"targets": ["q_proj", "v_proj"]}})  # fmt: skip
+    assert transformer_profile(attention).memory.activations > 0

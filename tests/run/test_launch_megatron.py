@@ -128,6 +128,7 @@ SMALL = {"layers": 4, "hidden": 256, "heads": 8, "kv_heads": 2, "ffn_hidden": 10
     ({"model": ModelArch(**SMALL, qk_norm="each_head")}, "with a weight per head"),  # Cohere
     ({"model": ModelArch(**SMALL, norm_weight=False)}, "norms have no weight"),  # nanochat
     ({"model": ModelArch(**SMALL, embedding_norm=True)}, "a norm of the embedding's output"),  # nanochat
+    ({"model": ModelArch(**SMALL, attention_gate="proj")}, "a sigmoid gate on the attention output"),  # AFMoE
     ({"precision": Precision.BF16_PURE}, "bf16-pure has no equivalent"),
     ({"knobs": StackKnobs()}, "set knobs.selective_recompute: attention-core"),  # plain's selective keeps matmuls
     ({"strategy": Strategy.FSDP}, "pick a ddp or zero1 option"),

@@ -84,7 +84,11 @@ def attention_shapes(a: ModelArch) -> dict[str, tuple[int, int]]:
                        "o_proj": (n * m.v_head_dim, h)})  # fmt: skip
         return shapes
     q, kv = a.heads * _head_dim(a), kv_inner_dim(a)
-    return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h)}
+    shapes = {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv)}
+    if a.attention_gate == "proj":  # AFMoE's self_attn.gate_proj (named apart from the MLP's gate_proj here), run before o
+        shapes["attn_gate_proj"] = (h, q)
+    shapes["o_proj"] = (q, h)
+    return shapes
 
 
 def dense_mlp_shapes(a: ModelArch, ffn_hidden: int | None = None) -> dict[str, tuple[int, int]]:
@@ -245,22 +249,20 @@ def param_counts(a: ModelArch, seq_len: int | None = None) -> ParamCounts:
 
 def lora_targets(a: ModelArch, lora: LoraSpec) -> dict[str, tuple[int, int]]:
     """The linear layers of one dense block that get adapters (names absent in this model are skipped)."""
-    shapes = linear_shapes(a)
+    return _targeted(linear_shapes(a), lora)
+
+
+def _targeted(shapes: dict[str, tuple[int, int]], lora: LoraSpec) -> dict[str, tuple[int, int]]:
+    """The layers of ``shapes`` that ``lora.targets`` names."""
     if "all-linear" in lora.targets:
         return shapes
     return {k: v for k, v in shapes.items() if k in lora.targets}
 
 
 def moe_lora_targets(a: ModelArch, lora: LoraSpec) -> dict[str, tuple[int, int]]:
-    """The linear layers of one MoE block that get adapters: attention and the shared expert.
-
-    The routed experts are 3-D parameters in transformers 5, not ``nn.Linear`` modules, so LoRA by module name
-    leaves them frozen; trainplan plans them frozen, as fine-tunes of MoE models commonly do.
-    """
-    shapes = {k: v for k, v in moe_linear_shapes(a).items() if k not in ("router", "shared_expert_gate")}
-    if "all-linear" in lora.targets:
-        return shapes
-    return {k: v for k, v in shapes.items() if k in lora.targets}
+    """The linear layers of one MoE block that get adapters: the attention (targets naming the MLP, which adapt every
+    routed expert in PEFT, are refused before this: ``transformer._check_moe_lora_targets``)."""
+    return _targeted({k: v for k, v in moe_linear_shapes(a).items() if k not in ("router", "shared_expert_gate")}, lora)
 
 
 def lora_params(a: ModelArch, lora: LoraSpec) -> int:

@@ -38,7 +38,7 @@ from trainplan.estimate.stack import Knobs, effective_knobs
 from trainplan.estimate.steptime import matmul_efficiency
 from trainplan.model import ModelArch
 from trainplan.errors import SpecError
-from trainplan.spec import (Checkpointing, FlashAttention, FusedKernels, Method, Optimizer, Precision, RecomputeModule,
+from trainplan.spec import (Checkpointing, FlashAttention, FusedKernels, LoraSpec, Method, Optimizer, Precision, RecomputeModule,
                             SelectiveRecompute, Stack, TransformerJob)  # fmt: skip
 from trainplan.strategies import Strategy
 
@@ -105,6 +105,7 @@ def resolve_transformer(job: TransformerJob, catalog: Catalog | None = None) -> 
         trainable, frozen_bytes, adapters = counts.total, 0.0, 0
         trainable_matmul = float(counts.matmul_per_token)
     else:
+        _check_moe_lora_targets(arch, lora)
         adapters = arch_mod.lora_params(arch, lora)
         if adapters == 0:
             names = sorted(arch_mod.linear_shapes(arch))
@@ -301,8 +302,8 @@ def layer_split(job: TransformerJob, arch: ModelArch, k: Knobs, ffn_hidden: int)
     if _keeps_matmul_outputs(job, k):
         replicated, sharded = _selective_split(job, arch, k, ffn_hidden)
         return replicated + extra, sharded
-    qk_norms = tokens * qk_norm_bytes_per_token(arch, job.precision, trainable=trainable, compiled=fused_norms,
-                                                fp32_weight=fp32_weight)
+    qk_norms = tokens * (qk_norm_bytes_per_token(arch, job.precision, trainable=trainable, compiled=fused_norms,
+                                                 fp32_weight=fp32_weight) + attention_gate_bytes_per_token(job, arch, k))
     split: list[tuple[float, float]] = []
     layer_activation_bytes(
         seq_len=job.seq_len,
@@ -351,6 +352,30 @@ def _saved_kv_dim(arch: ModelArch, k: Knobs, *, eager: bool = False) -> float:
     if k.fused_qkv_view and kv == q:
         return (q + (q + 2 * kv)) / 2
     return q if k.expanded_kv or eager else kv
+
+
+#: the MLP projections' names: on a mixture-of-experts model they name the routed experts' weights too
+_MLP_TARGETS = frozenset({"gate_proj", "up_proj", "down_proj"})
+
+
+def _check_moe_lora_targets(arch: ModelArch, lora: LoraSpec) -> None:
+    """LoRA on a mixture-of-experts model is planned on the attention only. A target naming the MLP projections (or
+    ``all-linear``) adapts every routed expert in the libraries that run it: transformers 4's experts are
+    ``experts.{i}.gate_proj`` … modules that PEFT's suffix match takes, and with transformers 5's fused 3-D expert
+    weights PEFT (0.21) turns those targets into ``target_parameters`` on ``experts.gate_up_proj`` / ``down_proj`` —
+    dropping them from the modules, so the dense and shared MLPs are left frozen — and adds each expert's low-rank
+    update to its weight in every forward pass (``ParamWrapper``: ``baddbmm`` of the stacked weights), a copy of all
+    the layer's expert weights that the grouped matmul keeps for backward (``peft/utils/transformers_weight_conversion.py``,
+    ``peft/tuners/lora/layer.py``; measured on a Qwen3-MoE block: 1.09 MB more per layer, 0.79 MB of them the experts'
+    bf16 weights). trainplan does not estimate that, so it refuses rather than plan LoRA on the attention alone."""
+    if arch.moe is None:
+        return
+    named = sorted(_MLP_TARGETS & set(lora.targets)) or (["all-linear"] if "all-linear" in lora.targets else [])
+    if named:
+        raise SpecError(f"{', '.join(named)} on a mixture-of-experts model adapts every routed expert (PEFT on "
+                        "transformers 5 wraps the experts' stacked weights and keeps a merged copy of them per layer "
+                        "for backward), which trainplan does not estimate; target the attention: q_proj, k_proj, "
+                        "v_proj, o_proj", field="lora.targets")  # fmt: skip
 
 
 def _check_fused_activation(job: TransformerJob, arch: ModelArch, k: Knobs) -> None:
@@ -467,6 +492,26 @@ def _lora_saves(job: TransformerJob, arch: ModelArch, k: Knobs) -> LoraSaves | N
                      gate_up=sum(n in adapted for n in ("gate_proj", "up_proj")), down="down_proj" in adapted,
                      rank=job.lora_spec.rank, input_copy_bytes=copy, adapter_out_bytes=4.0 if fp32_adapters else e,
                      base_keeps_inputs=bnb, dropout=job.lora_spec.dropout > 0, qkv_out_bytes=fused_out)  # fmt: skip
+
+
+def attention_gate_bytes_per_token(job: TransformerJob, arch: ModelArch, k: Knobs) -> float:
+    """What AFMoE's gated attention output keeps beyond an ungated attention (transformers 5.25 ``AfmoeAttention``:
+    ``output * torch.sigmoid(gate_states)``, then ``o_proj``): the sigmoid's output, which its backward and the
+    product's both keep (one storage, e a gate element); and the attention output once more — the product the output
+    projection keeps in its place where the projection keeps its input, or else the attention output the product keeps
+    where it is the kernel output's contiguous copy (``flash_attention: auto``), which an ungated block frees. The gate's
+    input is the normed block input q, k and v read (already kept). Inside the tensor-parallel region (the gate is
+    split by head, as q). Measured against a Llama of one shape with saved-tensor hooks
+    (``tests/estimate/test_norm_saves.py``). Compiled, the element-wise product and sigmoid are recomputed in backward
+    (min-cut rematerialisation): the gate projection's output is kept instead (e a gate element)."""
+    if arch.attention_gate is None:
+        return 0.0
+    e, gate, out = job.precision.compute_bytes, arch_mod.attention_inner_dim(arch), arch_mod.attention_output_dim(arch)
+    if k.compile:
+        return e * gate
+    copied = job.flash_attention is FlashAttention.AUTO and k.stack is not Stack.LLM_FOUNDRY
+    keeps = _projection_keeps_input(job, arch, k)
+    return e * gate + (e * out if keeps or copied else 0.0)
 
 
 def mla_latent_bytes_per_token(arch: ModelArch, precision: Precision, *, trainable: bool = True,

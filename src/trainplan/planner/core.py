@@ -362,7 +362,8 @@ def hint_remedies(job: Job, catalog: Catalog, profile: StepProfile) -> tuple[tup
     if not isinstance(job, TransformerJob) or profile.source is not ProfileSource.ANALYTIC:
         return ()
     # each change as its alternatives, the first the job's own settings accept is offered: the default LoRA targets
-    # (q_proj, v_proj) may not be this model's layers (MLA: q_a_proj …), all-linear then stands in
+    # (q_proj, v_proj) may not be this model's layers (MLA: q_a_proj …), all-linear then stands in — except on a
+    # mixture of experts, where it would adapt every routed expert (not estimated: no LoRA remedy is offered)
     changes: list[list[tuple[str, dict[str, object]]]] = []
     if job.activation_checkpointing is not Checkpointing.FULL:
         changes.append([("activation_checkpointing: full", {"activation_checkpointing": Checkpointing.FULL})])

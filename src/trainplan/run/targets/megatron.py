@@ -90,6 +90,7 @@ def check(plan: LaunchPlan) -> ModelArch:
         "norm_fp32_weight": "norms that multiply their weight in fp32 (Gemma, gpt-oss, OLMo 2)",
         "norm_python": "fp32 Python LayerNorms (Cohere)",
         "embedding_norm": "a norm of the embedding's output (nanochat)",
+        "attention_gate": "a sigmoid gate on the attention output (AFMoE)",
     }  # fmt: skip
     for field, what in refused.items():
         if getattr(arch, field):
