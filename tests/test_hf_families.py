@@ -118,6 +118,10 @@ VARIANTS = [
     {"model_type": "afmoe", **TINY, "head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16,
      "num_shared_experts": 1, "num_dense_layers": 2, "global_attn_every_n_layers": 2, "sliding_window": 8,
      "attention_bias": True, "mup_enabled": True, "route_scale": 2.0},
+    {"model_type": "minicpm5_moe", **TINY, "head_dim": 16, "n_routed_experts": 4, "num_experts_per_tok": 2,
+     "moe_intermediate_size": 16, "attention_bias": True, "mlp_layer_types": ["dense", "sparse", "dense", "sparse"]},
+    {"model_type": "minicpm5_moe", **TINY, "head_dim": 32, "n_routed_experts": 4, "num_experts_per_tok": 1,
+     "n_shared_experts": 2, "moe_intermediate_size": 16, "first_k_dense_replace": 2},
     {"model_type": "mellum", **TINY, "head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16,
      "attention_bias": True, "sliding_window": 8, "layer_types": ["sliding_attention", "full_attention"] * 2,
      "mlp_layer_types": ["dense", "sparse", "sparse", "dense"], "num_mtp_layers": 0},
@@ -486,6 +490,8 @@ def test_keys_left_out_take_the_config_classes_defaults() -> None:
 _CLASS_DEFAULTS = {"exaone": ("num_key_value_heads", "vocab_size", "intermediate_size"),
                    "cwm": ("head_dim", "num_key_value_heads", "sliding_window"),
                    "hyperclovax": ("use_post_norm",),
+                   "minicpm5_moe": ("head_dim", "num_key_value_heads", "n_routed_experts", "num_experts_per_tok",
+                                    "n_shared_experts", "moe_intermediate_size", "mlp_layer_types"),
                    "afmoe": ("head_dim", "num_dense_layers", "num_experts", "num_experts_per_tok", "num_shared_experts",
                              "moe_intermediate_size", "global_attn_every_n_layers", "sliding_window", "layer_types"),
                    "mellum": ("head_dim", "num_key_value_heads", "num_local_experts", "mlp_layer_types", "layer_types"),
@@ -500,7 +506,7 @@ _CLASS_DEFAULTS = {"exaone": ("num_key_value_heads", "vocab_size", "intermediate
 
 @pytest.mark.parametrize("mt", sorted(_CLASS_DEFAULTS))
 def test_config_subclasses_read_their_own_defaults(mt: str) -> None:
-    """EXAONE 3, CWM, HyperCLOVA X, Mellum 2, AFMoE, Param2 MoE, Sarvam MoE and Sarvam MLA subclass the configs of Llama, Granite,
+    """EXAONE 3, CWM, HyperCLOVA X, Mellum 2, AFMoE, MiniCPM5-MoE, Param2 MoE, Sarvam MoE and Sarvam MLA subclass the configs of Llama, Granite,
     GLM-4.5 and DeepSeek-V3 with defaults of their own: a config.json that leaves those keys out builds what the
     subclass defaults to, and trainplan counts exactly that (transformers on the meta device is the reference)."""
     cfg = {k: v for k, v in _default(mt).items() if k not in _CLASS_DEFAULTS[mt]}
@@ -531,6 +537,9 @@ def test_released_key_spellings_are_read_and_what_transformers_drops_is_refused(
     assert (afmoe.attention_gate, afmoe.sliding_layers, afmoe.nope_layers, afmoe.block_norms) == ("proj", 24, 8, 4)
     small = arch_from_hf_config(next(c for c in VARIANTS if c["model_type"] == "afmoe"))
     assert small.moe is not None and (small.moe.dense_layers, small.sliding_layers, small.nope_layers) == ((0, 1), 2, 2)
+    biased, first2 = (arch_from_hf_config(c) for c in VARIANTS if c["model_type"] == "minicpm5_moe")
+    assert biased.attention_gate == "fused" and biased.moe is not None and biased.moe.dense_layers == (0, 2)
+    assert first2.moe is not None and first2.moe.dense_layers == (0, 1) and first2.moe.shared_ffn_hidden == 32
     mellum = arch_from_hf_config(next(c for c in VARIANTS if c["model_type"] == "mellum"))
     assert mellum.moe is not None and (mellum.moe.dense_layers, mellum.sliding_layers, mellum.attention_bias) == ((0, 3), 2, "qkvo")
     assert param_counts(arch_from_hf_config(_default("mellum"))).total == 12_149_923_072  # Mellum2-12B-A2.5B
@@ -542,6 +551,7 @@ def test_released_key_spellings_are_read_and_what_transformers_drops_is_refused(
                      ({**_default("sarvam_mla"), "q_head_dim": 128}, "q_head_dim"),
                      ({**_default("mellum"), "num_mtp_layers": 1}, "num_nextn_predict_layers"),
                      ({**_default("afmoe"), "num_dense_layers": 32}, "num_dense_layers"),
+                     ({**_default("minicpm5_moe"), "use_gated_attention": False}, "use_gated_attention"),
                      ({**_default("afmoe"), "num_experts": None}, "num_experts"),
                      ({**_default("mellum"), "mlp_layer_types": ["dense"] * 28}, "mlp_layer_types")):  # fmt: skip
         with pytest.raises(ConfigRefused, match=key):

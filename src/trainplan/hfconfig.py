@@ -182,6 +182,17 @@ def _one_dropout(cfg: dict[str, Any], mt: str, *keys: str) -> float:
     return drops[keys[0]]
 
 
+def _dense_by_type(cfg: dict[str, Any], mt: str, layers: int, default: list[str]) -> tuple[int, ...]:
+    """The dense layers of ``mlp_layer_types`` (one of dense, sparse per layer; ``default`` when left out), at least one
+    layer sparse."""
+    types = cfg.get("mlp_layer_types") or default
+    if len(types) != layers or any(t not in ("dense", "sparse") for t in types):
+        raise ConfigRefused(f"{mt} config mlp_layer_types: one of dense, sparse per layer ({layers}) is modelled")
+    if "sparse" not in types:
+        raise ConfigRefused(f"{mt} config mlp_layer_types: every layer dense; give at least one sparse layer")
+    return tuple(i for i, t in enumerate(types) if t == "dense")
+
+
 # ----------------------------------------------------------------------------- dense families
 
 
@@ -765,14 +776,9 @@ def _read_mellum(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]
     out["qk_norm"] = "head"
     out.update(_sliding(cfg, mt, out["layers"], lambda n: ["full_attention"] * n))
     n = out["layers"]
-    types = cfg.get("mlp_layer_types") or ["sparse"] * n
-    if len(types) != n or set(types) - {"dense", "sparse"}:
-        raise ConfigRefused(f"{mt} config mlp_layer_types: one of dense, sparse per layer ({n}) is modelled")
-    if "sparse" not in types:
-        raise ConfigRefused(f"{mt} config mlp_layer_types: every layer dense; give at least one sparse layer")
     out["moe"] = MoE(experts=cfg["num_local_experts"], top_k=_need(cfg, "num_experts_per_tok", mt),
                      expert_ffn_hidden=_need(cfg, "moe_intermediate_size", mt),
-                     dense_layers=tuple(i for i, t in enumerate(types) if t == "dense"))  # fmt: skip
+                     dense_layers=_dense_by_type(cfg, mt, n, ["sparse"] * n))  # fmt: skip
     return out, COMMON_KEYS | {"attention_bias", "mlp_bias", "sliding_window", "layer_types", "mlp_layer_types",
                                "num_experts", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size",
                                "num_mtp_layers", "num_nextn_predict_layers", "mtp_layer_types",
@@ -813,6 +819,34 @@ def _read_afmoe(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]
     return out, COMMON_KEYS | {"attention_bias", "mlp_bias", "num_dense_layers", "num_experts", "num_experts_per_tok",
                                "num_shared_experts", "moe_intermediate_size", "global_attn_every_n_layers",
                                "sliding_window", "layer_types", "route_scale", "mup_enabled"}  # fmt: skip
+
+
+def _read_minicpm5_moe(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """MiniCPM5-MoE (``MiniCPM5MoeForCausalLM``): grouped-query attention without q/k norms whose query projection also
+    yields an output gate (``q_gate_proj``: 2 × heads × head_dim outputs, each head's query and gate side by side; the
+    attention output multiplied by the gate's sigmoid — ``attention_gate`` fused, the same parameters and saves as a
+    separate gate projection), ``attention_bias`` on every projection of the attention, and DeepSeek-V3's MoE —
+    routed and ``n_shared_experts`` shared experts of ``moe_intermediate_size`` behind a sigmoid router taking the
+    layer input in fp32 — on the layers ``mlp_layer_types`` marks ``sparse`` (by default all but the first
+    ``first_k_dense_replace``), a dense MLP of ``intermediate_size`` on the others. ``use_gated_attention: false``,
+    which transformers refuses, is refused. Keys left out take ``MiniCPM5MoeConfig``'s defaults: head_dim 128, 2 KV
+    heads, 160 experts of 512, 16 a token, one shared (transformers 5.25 ``modular_minicpm5_moe.py``)."""
+    cfg = _renamed(cfg, mt, {"num_local_experts": "n_routed_experts"})
+    cfg = {"head_dim": 128, "num_key_value_heads": 2, "n_routed_experts": 160, "num_experts_per_tok": 16,
+           "n_shared_experts": 1, "moe_intermediate_size": 512, **cfg}  # fmt: skip
+    _no(cfg, mt, "use_gated_attention", (None, True))
+    out = _llama_like({k: v for k, v in cfg.items() if k != "attention_bias"}, mt)
+    out.update(attention_bias="qkvo" if cfg.get("attention_bias") else None, attention_gate="fused")
+    n, first = out["layers"], cfg.get("first_k_dense_replace", 1)
+    if not isinstance(first, int) or isinstance(first, bool) or first < 0:
+        raise ConfigRefused(f"{mt} config first_k_dense_replace: a non-negative integer is modelled (got {first!r})")
+    fe = cfg["moe_intermediate_size"]
+    out["moe"] = MoE(experts=cfg["n_routed_experts"], top_k=cfg["num_experts_per_tok"], expert_ffn_hidden=fe,
+                     shared_ffn_hidden=int(cfg["n_shared_experts"] or 0) * fe, router_fp32=True,
+                     dense_layers=_dense_by_type(cfg, mt, n, ["dense" if i < first else "sparse" for i in range(n)]))  # fmt: skip
+    return out, COMMON_KEYS | {"attention_bias", "mlp_bias", "use_gated_attention", "n_routed_experts", "num_local_experts",
+                               "num_experts_per_tok", "n_shared_experts", "moe_intermediate_size", "mlp_layer_types",
+                               "first_k_dense_replace"}  # fmt: skip
 
 
 def _read_olmoe(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
@@ -955,18 +989,13 @@ def _read_glm4_moe_lite(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], s
     past the last, which transformers does not build: counted as for GLM-4.5). ``head_dim`` is this config's alias of
     ``qk_rope_head_dim`` (its ``attribute_map``); the two must agree. transformers 5.25 ``modular_glm4_moe_lite.py``."""
     n = _need(cfg, "num_hidden_layers", mt)
-    types = cfg.get("mlp_layer_types") or ["dense"] + ["sparse"] * (n - 1)
-    if len(types) != n or any(t not in ("dense", "sparse") for t in types):
-        raise ConfigRefused(f"{mt} config mlp_layer_types: one of dense, sparse per layer ({n}) is modelled")
+    dense = _dense_by_type(cfg, mt, n, ["dense"] + ["sparse"] * (n - 1))
     if None not in (cfg.get("head_dim"), cfg.get("qk_rope_head_dim")) and cfg["head_dim"] != cfg["qk_rope_head_dim"]:
         raise ConfigRefused(f"{mt} config head_dim ({cfg['head_dim']!r}) is qk_rope_head_dim's alias and differs from it")
     rope = _first(cfg, "qk_rope_head_dim", "head_dim")
     cfg = {k: v for k, v in cfg.items() if k not in ("mlp_layer_types", "head_dim", "first_k_dense_replace")}
     _need(cfg, "n_routed_experts", mt)
     out, keys = _read_deepseek({**cfg, "qk_rope_head_dim": rope, "n_shared_experts": cfg.get("n_shared_experts", 1)}, mt)
-    dense = tuple(i for i, t in enumerate(types) if t == "dense")
-    if len(dense) == n:
-        raise ConfigRefused(f"{mt} config mlp_layer_types: every layer dense; give at least one sparse layer")
     out["moe"] = out["moe"].model_copy(update={"dense_layers": dense})
     return out, keys | {"mlp_layer_types", "head_dim"}
 
@@ -1220,6 +1249,7 @@ READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str
     "olmoe": _read_olmoe,
     "mellum": _read_mellum,
     "afmoe": _read_afmoe,
+    "minicpm5_moe": _read_minicpm5_moe,
     "flex_olmo": _read_flex_olmo,
     "deepseek_v2": _read_deepseek,
     "deepseek_v3": _read_deepseek,

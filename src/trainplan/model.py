@@ -129,10 +129,10 @@ class ModelArch(BaseModel):
     # weight (Cohere's ``use_qk_norm``: weights of (heads, head_dim)), or over the full width (OLMoE)
     qk_norm: Literal["head", "each_head", "full"] | None = None
     attention_sinks: bool = False  # gpt-oss: one learned sink logit per head
-    # Arcee AFMoE: the attention output multiplied element-wise by sigmoid(gate_proj(x)), gate_proj a bias-free linear of
-    # the block's normed input to heads x head_dim (its own module, ``self_attn.gate_proj``, which PEFT's "gate_proj"
-    # target adapts beside the MLP's)
-    attention_gate: Literal["proj"] | None = None
+    # the attention output multiplied element-wise by the sigmoid of a gate of heads x head_dim from the block's normed
+    # input: its own bias-free projection (Arcee AFMoE's ``self_attn.gate_proj``: "proj"), or the second half of each
+    # head's output of a query projection twice as wide (MiniCPM5-MoE's ``q_gate_proj``: "fused")
+    attention_gate: Literal["proj", "fused"] | None = None
     # norms a block: 2 (Llama), 4 (Gemma 2/3: pre- and post-norms around attention and MLP) or 1 (Cohere: attention and
     # the MLP read one norm's output side by side and both add to the residual)
     block_norms: Literal[1, 2, 4] = 2

@@ -84,7 +84,10 @@ def attention_shapes(a: ModelArch) -> dict[str, tuple[int, int]]:
                        "o_proj": (n * m.v_head_dim, h)})  # fmt: skip
         return shapes
     q, kv = a.heads * _head_dim(a), kv_inner_dim(a)
-    shapes = {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv)}
+    if a.attention_gate == "fused":  # MiniCPM5-MoE: each head's query and gate from one projection
+        shapes = {"q_gate_proj": (h, 2 * q), "k_proj": (h, kv), "v_proj": (h, kv)}
+    else:
+        shapes = {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv)}
     if a.attention_gate == "proj":  # AFMoE's self_attn.gate_proj (named apart from the MLP's gate_proj here), run before o
         shapes["attn_gate_proj"] = (h, q)
     shapes["o_proj"] = (q, h)
@@ -150,6 +153,8 @@ def _attention_other(a: ModelArch, shapes: dict[str, tuple[int, int]]) -> int:
         n += q_out + 2 * kv_out
     elif a.attention_bias == "qkvo":
         n += q_out + 2 * kv_out + h
+    if a.attention_gate == "fused" and a.attention_bias and not a.bias:  # q_gate_proj's bias covers the gate too
+        n += q_out
     if a.qk_norm == "head":
         n += 2 * _head_dim(a) if a.norm_weight else 0
     elif a.qk_norm in ("full", "each_head"):  # one weight per element: over the full width, or each head its own
