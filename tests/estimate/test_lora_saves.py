@@ -219,6 +219,7 @@ def test_mlp_targets_on_a_mixture_of_experts_adapt_every_expert_and_are_refused(
     Qwen3-MoE block keeps more than all its experts' bf16 weights beyond the attention-only LoRA. trainplan does not
     estimate that and refuses those targets (and all-linear) in one line naming ``lora.targets``."""
     from trainplan.errors import SpecError
+    from trainplan.estimate.torchjob import trace_transformer_job
     from trainplan.estimate.transformer import transformer_profile
     from trainplan.spec import parse_job
 
@@ -237,9 +238,10 @@ def test_mlp_targets_on_a_mixture_of_experts_adapt_every_expert_and_are_refused(
     for targets in (["q_proj", "gate_proj", "up_proj"], ["all-linear"]):
         job = parse_job({"kind": "transformer", "model": model, "seq_len": 64, "micro_batch": 2, "steps": 1,
                          "method": "lora", "lora": {"targets": targets}})  # fmt: skip
-        with pytest.raises(SpecError, match="adapts every routed expert") as err:
-            transformer_profile(job)
-        assert err.value.field == "lora.targets"
+        for profile in (transformer_profile, trace_transformer_job):  # the formulas and the trace alike
+            with pytest.raises(SpecError, match="adapts every routed expert") as err:
+                profile(job)
+            assert err.value.field == "lora.targets"
     attention = parse_job({"kind": "transformer", "model": model, "seq_len": 64, "micro_batch": 2, "steps": 1,
                            "method": "lora", "lora": {"targets": ["q_proj", "v_proj"]}})  # fmt: skip
     assert transformer_profile(attention).memory.activations > 0

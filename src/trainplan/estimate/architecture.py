@@ -266,7 +266,7 @@ def _targeted(shapes: dict[str, tuple[int, int]], lora: LoraSpec) -> dict[str, t
 
 def moe_lora_targets(a: ModelArch, lora: LoraSpec) -> dict[str, tuple[int, int]]:
     """The linear layers of one MoE block that get adapters: the attention (targets naming the MLP, which adapt every
-    routed expert in PEFT, are refused before this: ``transformer._check_moe_lora_targets``)."""
+    routed expert in PEFT, are refused before this: ``transformer.check_moe_lora_targets``)."""
     return _targeted({k: v for k, v in moe_linear_shapes(a).items() if k not in ("router", "shared_expert_gate")}, lora)
 
 

@@ -19,6 +19,7 @@ from trainplan.estimate.memory import GIB, weight_bytes_per_param
 from trainplan.estimate.profile import EagerOps, Params, ProfileSource, StepMemory, StepProfile
 from trainplan.estimate.result import Estimate, Hardware
 from trainplan.estimate.stack import Knobs, effective_knobs
+from trainplan.estimate.transformer import check_moe_lora_targets
 from trainplan.model import ModelArch, UnsupportedArchitecture, hf_config
 from trainplan.spec import LossImpl, Method, Optimizer, Precision, TorchJob, TransformerJob
 from trainplan.strategies import Engine, Strategy
@@ -216,6 +217,8 @@ def trace_transformer_job(job: TransformerJob, catalog: Catalog | None = None) -
     from trainplan.estimate.trace import build_hf_causal_lm, trace_training_step
 
     arch = resolve_model(job.model, catalog)
+    if job.lora_spec is not None:  # the formulas' refusal holds for the trace too: PEFT adapts every routed expert
+        check_moe_lora_targets(arch, job.lora_spec)
     cfg = hf_config_for(arch, job.seq_len)
     vocab = arch.vocab
 

@@ -42,7 +42,7 @@ from trainplan.spec import (Checkpointing, FlashAttention, FusedKernels, LoraSpe
                             SelectiveRecompute, Stack, TransformerJob)  # fmt: skip
 from trainplan.strategies import Strategy
 
-__all__ = ["TransformerModel", "activation_bytes", "estimate_transformer", "matmul_efficiency",
+__all__ = ["TransformerModel", "activation_bytes", "check_moe_lora_targets", "estimate_transformer", "matmul_efficiency",
            "resolve_transformer", "transformer_profile"]  # fmt: skip
 
 
@@ -105,7 +105,7 @@ def resolve_transformer(job: TransformerJob, catalog: Catalog | None = None) -> 
         trainable, frozen_bytes, adapters = counts.total, 0.0, 0
         trainable_matmul = float(counts.matmul_per_token)
     else:
-        _check_moe_lora_targets(arch, lora)
+        check_moe_lora_targets(arch, lora)
         adapters = arch_mod.lora_params(arch, lora)
         if adapters == 0:
             names = sorted(arch_mod.linear_shapes(arch))
@@ -358,7 +358,7 @@ def _saved_kv_dim(arch: ModelArch, k: Knobs, *, eager: bool = False) -> float:
 _MLP_TARGETS = frozenset({"gate_proj", "up_proj", "down_proj"})
 
 
-def _check_moe_lora_targets(arch: ModelArch, lora: LoraSpec) -> None:
+def check_moe_lora_targets(arch: ModelArch, lora: LoraSpec) -> None:
     """LoRA on a mixture-of-experts model is planned on the attention only. A target naming the MLP projections (or
     ``all-linear``) adapts every routed expert in the libraries that run it: transformers 4's experts are
     ``experts.{i}.gate_proj`` … modules that PEFT's suffix match takes, and with transformers 5's fused 3-D expert
