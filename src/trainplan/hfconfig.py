@@ -849,6 +849,37 @@ def _read_minicpm5_moe(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], se
                                "first_k_dense_replace"}  # fmt: skip
 
 
+def _read_kolibri1(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """Aleph Alpha Kolibri 1 (``Kolibri1ForCausalLM``): EXAONE 4's attention — per-head q/k RMSNorms, no bias, local
+    attention within ``sliding_window`` on the layers ``layer_types`` names (by default all but every fifth) and, with
+    a window, the global layers without rotary (NoPE) — in GLM-4-0414's block (a norm before and after attention and
+    the MLP: four a block), and on every layer DeepSeek-V3's MoE: routed experts of ``moe_intermediate_size`` beside
+    one shared MLP of ``shared_expert_intermediate_size``, behind a sigmoid router taking the layer input in fp32 (its
+    score-correction bias a buffer). ``Kolibri1Config`` has no ``intermediate_size``, ``attention_bias``,
+    ``decoder_sparse_step``, ``mlp_only_layers`` or ``use_sliding_window`` (a config that sets one is refused); keys
+    left out take its defaults — head_dim 128, 384 experts of 512, 6 a token, a 513-token window (transformers 5.25
+    ``modular_kolibri1.py``)."""
+    cfg = _renamed(cfg, mt, {"num_experts": "num_local_experts"})
+    for key in ("intermediate_size", "attention_bias", "decoder_sparse_step", "mlp_only_layers", "use_sliding_window"):
+        if key in cfg:
+            raise ConfigRefused(f"{mt} config {key}: Kolibri1Config has no such setting (transformers cannot build it)")
+    cfg = {"head_dim": 128, "num_local_experts": 384, "num_experts_per_tok": 6, "moe_intermediate_size": 512,
+           "shared_expert_intermediate_size": 512, "sliding_window": 513, **cfg}  # fmt: skip
+    out = _common(cfg, mt)
+    fe = _need(cfg, "moe_intermediate_size", mt)
+    out.update(ffn_hidden=fe, tied_embeddings=_tied(cfg, False), qk_norm="head", block_norms=4)
+    n, window = out["layers"], cfg.get("sliding_window")
+    types = cfg.get("layer_types") or ["full_attention" if (i + 1) % 5 == 0 else "sliding_attention" for i in range(n)]
+    out.update(_sliding({**cfg, "layer_types": types}, mt, n, None))
+    if window and "full_attention" in types:  # Exaone4Attention: rotary where there is no window or the layer slides
+        out["nope_layers"] = sum(t == "full_attention" for t in types)
+    out["moe"] = MoE(experts=cfg["num_local_experts"], top_k=_need(cfg, "num_experts_per_tok", mt), expert_ffn_hidden=fe,
+                     shared_ffn_hidden=int(cfg["shared_expert_intermediate_size"] or 0), router_fp32=True)  # fmt: skip
+    return out, COMMON_KEYS | {"num_experts", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size",
+                               "shared_expert_intermediate_size", "sliding_window", "layer_types", "attention_bias",
+                               "decoder_sparse_step", "mlp_only_layers", "use_sliding_window"}  # fmt: skip
+
+
 def _read_olmoe(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
     """OLMoE (``OlmoeAttention``): q and k normalised over their full width (Muennighoff et al. 2024, arXiv 2409.02060)."""
     out = _llama_like(cfg, mt)
@@ -1250,6 +1281,7 @@ READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str
     "mellum": _read_mellum,
     "afmoe": _read_afmoe,
     "minicpm5_moe": _read_minicpm5_moe,
+    "kolibri1": _read_kolibri1,
     "flex_olmo": _read_flex_olmo,
     "deepseek_v2": _read_deepseek,
     "deepseek_v3": _read_deepseek,

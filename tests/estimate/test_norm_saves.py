@@ -202,6 +202,7 @@ def test_exaone4_keeps_what_the_estimate_counts() -> None:
 TINY = {"intermediate_size": 96, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
         "vocab_size": 101, "pad_token_id": 0, "tie_word_embeddings": False, "bos_token_id": None, "eos_token_id": None}  # fmt: skip
 MOE = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
+_ABSENT = object()  # a FAMILIES value that drops the key from the family's config (Kolibri 1 has no intermediate_size)
 FAMILIES = {
     "qwen2": {}, "qwen3": {"head_dim": 16}, "mistral": {}, "gemma": {"head_dim": 16}, "gemma3_text": {"head_dim": 16},
     "gemma2": {"head_dim": 16}, "phi3": {}, "gpt_oss": {"head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 2},
@@ -242,6 +243,8 @@ FAMILIES = {
     "glm4_moe_lite": {"num_key_value_heads": 4, "n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2,
                       "moe_intermediate_size": 16, "q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 8,
                       "qk_rope_head_dim": 4, "v_head_dim": 12},
+    "kolibri1": {"head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16,
+                 "shared_expert_intermediate_size": 24, "sliding_window": 64, "intermediate_size": _ABSENT},
     "minicpm5_moe": {"head_dim": 16, "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16},
     "afmoe": {"head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16, "sliding_window": 64,
               "num_shared_experts": 1},
@@ -309,6 +312,7 @@ def _gap(mt: str, hidden: int) -> float:
     if mt == "helium":  # its output projection takes hidden_size inputs: heads x head_dim must be the width
         extra = {"head_dim": hidden // TINY["num_attention_heads"]}
     cfg = {"model_type": mt, **TINY, "hidden_size": hidden, **extra}  # a variant's key names its model_type
+    cfg = {k: v for k, v in cfg.items() if v is not _ABSENT}
     llama = {"model_type": "llama", **TINY, "hidden_size": hidden, "attention_bias": False,
              **{k: v for k, v in extra.items() if k in ("head_dim", "num_key_value_heads")}}  # fmt: skip
     if "kv_lora_rank" in extra:  # MLA's widths do not follow the hidden size: keep the Llama's attention fixed too
