@@ -127,6 +127,8 @@ VARIANTS = [
     {"model_type": "kolibri1", **{k: v for k, v in TINY.items() if k != "intermediate_size"}, "head_dim": 32,
      "num_local_experts": 4, "num_experts_per_tok": 1, "moe_intermediate_size": 16, "sliding_window": None,
      "layer_types": ["full_attention"] * 4},
+    {"model_type": "exaone_moe", **TINY, "head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16,
+     "num_shared_experts": 2, "sliding_window": 8, "sliding_window_pattern": 2, "mlp_layer_types": ["dense", "sparse", "sparse", "dense"]},
     {"model_type": "mellum", **TINY, "head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16,
      "attention_bias": True, "sliding_window": 8, "layer_types": ["sliding_attention", "full_attention"] * 2,
      "mlp_layer_types": ["dense", "sparse", "sparse", "dense"], "num_mtp_layers": 0},
@@ -499,6 +501,8 @@ _CLASS_DEFAULTS = {"exaone": ("num_key_value_heads", "vocab_size", "intermediate
                                     "n_shared_experts", "moe_intermediate_size", "mlp_layer_types"),
                    "kolibri1": ("head_dim", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size",
                                 "shared_expert_intermediate_size", "sliding_window", "layer_types"),
+                   "exaone_moe": ("num_key_value_heads", "sliding_window", "first_k_dense_replace", "moe_intermediate_size",
+                                  "num_experts", "num_experts_per_tok", "num_shared_experts", "mlp_layer_types", "layer_types"),
                    "afmoe": ("head_dim", "num_dense_layers", "num_experts", "num_experts_per_tok", "num_shared_experts",
                              "moe_intermediate_size", "global_attn_every_n_layers", "sliding_window", "layer_types"),
                    "mellum": ("head_dim", "num_key_value_heads", "num_local_experts", "mlp_layer_types", "layer_types"),
@@ -513,7 +517,7 @@ _CLASS_DEFAULTS = {"exaone": ("num_key_value_heads", "vocab_size", "intermediate
 
 @pytest.mark.parametrize("mt", sorted(_CLASS_DEFAULTS))
 def test_config_subclasses_read_their_own_defaults(mt: str) -> None:
-    """EXAONE 3, CWM, HyperCLOVA X, Mellum 2, AFMoE, MiniCPM5-MoE, Kolibri 1, Param2 MoE, Sarvam MoE and Sarvam MLA subclass the configs of Llama, Granite,
+    """EXAONE 3, K-EXAONE, CWM, HyperCLOVA X, Mellum 2, AFMoE, MiniCPM5-MoE, Kolibri 1, Param2 MoE, Sarvam MoE and Sarvam MLA subclass the configs of Llama, Granite,
     GLM-4.5 and DeepSeek-V3 with defaults of their own: a config.json that leaves those keys out builds what the
     subclass defaults to, and trainplan counts exactly that (transformers on the meta device is the reference)."""
     cfg = {k: v for k, v in _default(mt).items() if k not in _CLASS_DEFAULTS[mt]}
@@ -547,6 +551,8 @@ def test_released_key_spellings_are_read_and_what_transformers_drops_is_refused(
     biased, first2 = (arch_from_hf_config(c) for c in VARIANTS if c["model_type"] == "minicpm5_moe")
     assert biased.attention_gate == "fused" and biased.moe is not None and biased.moe.dense_layers == (0, 2)
     assert first2.moe is not None and first2.moe.dense_layers == (0, 1) and first2.moe.shared_ffn_hidden == 32
+    kexaone = arch_from_hf_config(next(c for c in VARIANTS if c["model_type"] == "exaone_moe"))  # pre-norm, unlike EXAONE 4
+    assert kexaone.moe is not None and (kexaone.moe.dense_layers, kexaone.post_norms, kexaone.nope_layers) == ((0, 3), False, 2)
     kolibri = arch_from_hf_config(_default("kolibri1"))  # a global layer in every five, NoPE; 4 norms a block
     assert (kolibri.sliding_layers, kolibri.nope_layers, kolibri.block_norms, param_counts(kolibri).total) == (40, 10, 4, 78_103_055_360)
     windowless = arch_from_hf_config([c for c in VARIANTS if c["model_type"] == "kolibri1"][1])

@@ -414,6 +414,31 @@ def _read_exaone4(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str
     return out, COMMON_KEYS | {"sliding_window", "sliding_window_pattern", "layer_types"}
 
 
+def _read_exaone_moe(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """K-EXAONE (``ExaoneMoeForCausalLM``, K-EXAONE-236B-A23B): EXAONE 4's attention (per-head q/k RMSNorms; local
+    attention on the layers ``layer_types`` names — by default all but every ``sliding_window_pattern``-th — and the
+    global ones without rotary) in OLMoE's block (the two norms before attention and the MLP), and DeepSeek-V3's MoE —
+    routed experts of ``moe_intermediate_size`` and ``num_shared_experts`` of them shared, behind a sigmoid router
+    taking the layer input in fp32 — on the layers ``mlp_layer_types`` marks ``sparse`` (by default all but the first
+    ``first_k_dense_replace``), a dense MLP of ``intermediate_size`` elsewhere. The router's weight is kept in fp32
+    (``_keep_in_fp32_modules_strict``): 2 bytes a router weight more than trainplan counts (h × experts a layer). Its
+    checkpoint's MTP layer is not built (keys naming it refused as unknown). Keys left out take ``ExaoneMoeConfig``'s
+    defaults (transformers 5.25 ``modular_exaone_moe.py``)."""
+    cfg = {"num_key_value_heads": 32, "sliding_window": 4096, "sliding_window_pattern": 4, "first_k_dense_replace": 1,
+           "moe_intermediate_size": 1024, "num_experts": 64, "num_experts_per_tok": 8, "num_shared_experts": 1, **cfg}  # fmt: skip
+    for key in ("first_k_dense_replace", "moe_intermediate_size", "num_experts", "num_experts_per_tok", "num_shared_experts"):
+        if not isinstance(cfg[key], int) or isinstance(cfg[key], bool) or cfg[key] < 0:
+            raise ConfigRefused(f"{mt} config {key}: one non-negative integer is modelled (got {cfg[key]!r})")
+    out, keys = _read_exaone4({k: v for k, v in cfg.items() if k != "mlp_layer_types"}, mt)
+    out["post_norms"] = False  # OlmoeDecoderLayer: pre-norm
+    n, first, fe = out["layers"], cfg["first_k_dense_replace"], cfg["moe_intermediate_size"]
+    out["moe"] = MoE(experts=cfg["num_experts"], top_k=cfg["num_experts_per_tok"], expert_ffn_hidden=fe,
+                     shared_ffn_hidden=cfg["num_shared_experts"] * fe, router_fp32=True,
+                     dense_layers=_dense_by_type(cfg, mt, n, ["dense" if i < first else "sparse" for i in range(n)]))  # fmt: skip
+    return out, keys | {"first_k_dense_replace", "moe_intermediate_size", "num_experts", "num_experts_per_tok",
+                        "num_shared_experts", "mlp_layer_types"}  # fmt: skip
+
+
 def _read_gemma(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
     """Gemma (``GemmaForCausalLM``): gated GELU MLP, head tied to the embedding, embedding scaled by √h, norms that
     multiply ``1 + weight`` in fp32 (``GemmaRMSNorm``)."""
@@ -1254,6 +1279,7 @@ READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str
     "olmo2": _read_olmo2,
     "olmo3": _read_olmo2,
     "exaone4": _read_exaone4,
+    "exaone_moe": _read_exaone_moe,
     "gemma": _read_gemma,
     "gemma2": _read_gemma2,
     "gemma3_text": _read_gemma3_text,
