@@ -129,6 +129,9 @@ VARIANTS = [
      "layer_types": ["full_attention"] * 4},
     {"model_type": "exaone_moe", **TINY, "head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16,
      "num_shared_experts": 2, "sliding_window": 8, "sliding_window_pattern": 2, "mlp_layer_types": ["dense", "sparse", "sparse", "dense"]},
+    {"model_type": "axk1", **TINY, "num_key_value_heads": 4, "n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2,
+     "n_group": 1, "topk_group": 1, "moe_intermediate_size": 16, "q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 8,
+     "qk_rope_head_dim": 4, "v_head_dim": 12, "first_k_dense_replace": 1, "moe_layer_freq": 2},
     {"model_type": "mellum", **TINY, "head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16,
      "attention_bias": True, "sliding_window": 8, "layer_types": ["sliding_attention", "full_attention"] * 2,
      "mlp_layer_types": ["dense", "sparse", "sparse", "dense"], "num_mtp_layers": 0},
@@ -503,6 +506,9 @@ _CLASS_DEFAULTS = {"exaone": ("num_key_value_heads", "vocab_size", "intermediate
                                 "shared_expert_intermediate_size", "sliding_window", "layer_types"),
                    "exaone_moe": ("num_key_value_heads", "sliding_window", "first_k_dense_replace", "moe_intermediate_size",
                                   "num_experts", "num_experts_per_tok", "num_shared_experts", "mlp_layer_types", "layer_types"),
+                   "axk1": ("num_key_value_heads", "n_shared_experts", "n_routed_experts", "kv_lora_rank", "q_lora_rank",
+                            "qk_rope_head_dim", "v_head_dim", "qk_nope_head_dim", "num_experts_per_tok",
+                            "moe_intermediate_size", "mlp_layer_types"),
                    "afmoe": ("head_dim", "num_dense_layers", "num_experts", "num_experts_per_tok", "num_shared_experts",
                              "moe_intermediate_size", "global_attn_every_n_layers", "sliding_window", "layer_types"),
                    "mellum": ("head_dim", "num_key_value_heads", "num_local_experts", "mlp_layer_types", "layer_types"),
@@ -517,7 +523,7 @@ _CLASS_DEFAULTS = {"exaone": ("num_key_value_heads", "vocab_size", "intermediate
 
 @pytest.mark.parametrize("mt", sorted(_CLASS_DEFAULTS))
 def test_config_subclasses_read_their_own_defaults(mt: str) -> None:
-    """EXAONE 3, K-EXAONE, CWM, HyperCLOVA X, Mellum 2, AFMoE, MiniCPM5-MoE, Kolibri 1, Param2 MoE, Sarvam MoE and Sarvam MLA subclass the configs of Llama, Granite,
+    """EXAONE 3, K-EXAONE, A.X K1, CWM, HyperCLOVA X, Mellum 2, AFMoE, MiniCPM5-MoE, Kolibri 1, Param2 MoE, Sarvam MoE and Sarvam MLA subclass the configs of Llama, Granite,
     GLM-4.5 and DeepSeek-V3 with defaults of their own: a config.json that leaves those keys out builds what the
     subclass defaults to, and trainplan counts exactly that (transformers on the meta device is the reference)."""
     cfg = {k: v for k, v in _default(mt).items() if k not in _CLASS_DEFAULTS[mt]}
@@ -553,6 +559,9 @@ def test_released_key_spellings_are_read_and_what_transformers_drops_is_refused(
     assert first2.moe is not None and first2.moe.dense_layers == (0, 1) and first2.moe.shared_ffn_hidden == 32
     kexaone = arch_from_hf_config(next(c for c in VARIANTS if c["model_type"] == "exaone_moe"))  # pre-norm, unlike EXAONE 4
     assert kexaone.moe is not None and (kexaone.moe.dense_layers, kexaone.post_norms, kexaone.nope_layers) == ((0, 3), False, 2)
+    axk1 = arch_from_hf_config(next(c for c in VARIANTS if c["model_type"] == "axk1"))  # sparse on layers 2 (i >= 1, even)
+    assert axk1.moe is not None and axk1.moe.output_norm and axk1.moe.dense_layers == (0, 1, 3)
+    assert param_counts(arch_from_hf_config(_default("axk1"))).total == 518_983_052_288  # A.X K1's default shape
     kolibri = arch_from_hf_config(_default("kolibri1"))  # a global layer in every five, NoPE; 4 norms a block
     assert (kolibri.sliding_layers, kolibri.nope_layers, kolibri.block_norms, param_counts(kolibri).total) == (40, 10, 4, 78_103_055_360)
     windowless = arch_from_hf_config([c for c in VARIANTS if c["model_type"] == "kolibri1"][1])
@@ -570,6 +579,8 @@ def test_released_key_spellings_are_read_and_what_transformers_drops_is_refused(
                      ({**_default("afmoe"), "num_dense_layers": 32}, "num_dense_layers"),
                      ({**_default("minicpm5_moe"), "use_gated_attention": False}, "use_gated_attention"),
                      ({**_default("kolibri1"), "intermediate_size": 1024}, "intermediate_size"),
+                     ({**_default("axk1"), "q_lora_rank": None}, "q_lora_rank"),
+                     ({**_default("axk1"), "num_nextn_predict_layers": 1}, "num_nextn_predict_layers"),
                      ({**_default("afmoe"), "num_experts": None}, "num_experts"),
                      ({**_default("mellum"), "mlp_layer_types": ["dense"] * 28}, "mlp_layer_types")):  # fmt: skip
         with pytest.raises(ConfigRefused, match=key):

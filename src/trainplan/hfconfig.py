@@ -964,6 +964,36 @@ def _read_sarvam_mla(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[
     return out, keys | {"num_experts", "num_shared_experts", "num_mtp_layers", "q_head_dim"}
 
 
+def _read_axk1(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """SK Telecom A.X K1 (``AXK1ForCausalLM``): DeepSeek-V3 with always-compressed queries (``q_a_proj``: a null
+    ``q_lora_rank`` refused, transformers cannot build it) and an RMSNorm of each MoE block's output inside its residual
+    branch (``post_mlp_layernorm``: ``MoE.output_norm``), its MoE layers those ``mlp_layer_types`` marks ``sparse``
+    (by default from ``first_k_dense_replace`` and ``moe_layer_freq``: a layer i is sparse when i ≥ k and i % freq is
+    0). ``AXK1Config`` has no MTP layer. Keys left out take its defaults (transformers 5.25 ``modular_axk1.py``)."""
+    cfg = _renamed(cfg, mt, {"num_local_experts": "n_routed_experts"})
+    cfg = {"num_key_value_heads": 64, "n_shared_experts": 1, "n_routed_experts": 192, "kv_lora_rank": 512,
+           "q_lora_rank": 1536, "qk_rope_head_dim": 64, "v_head_dim": 128, "qk_nope_head_dim": 128,
+           "num_experts_per_tok": 8, "moe_intermediate_size": 2048, **cfg}  # fmt: skip
+    for key in ("num_mtp_layers", "num_nextn_predict_layers"):
+        if cfg.get(key):
+            raise ConfigRefused(f"{mt} config {key}: AXK1Config has no multi-token-prediction layer; allowed: 0")
+    if not cfg.get("q_lora_rank"):
+        raise ConfigRefused(f"{mt} config q_lora_rank: A.X K1's attention always compresses its queries; give the rank")
+    first, freq = cfg.get("first_k_dense_replace", 1), cfg.get("moe_layer_freq", 1)
+    for key, value in (("first_k_dense_replace", first), ("moe_layer_freq", freq)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < (0 if key == "first_k_dense_replace" else 1):
+            raise ConfigRefused(f"{mt} config {key}: {value!r} is not modelled; give an integer")
+    n = _need(cfg, "num_hidden_layers", mt)
+    dense = _dense_by_type(cfg, mt, n, ["sparse" if i >= first and i % freq == 0 else "dense" for i in range(n)])
+    base = {k: v for k, v in cfg.items() if k not in ("mlp_layer_types", "first_k_dense_replace", "moe_layer_freq",
+                                                      "num_mtp_layers", "num_nextn_predict_layers", "head_dim")}  # fmt: skip
+    out, keys = _read_deepseek(base, mt)
+    assert out["moe"] is not None
+    out["moe"] = out["moe"].model_copy(update={"dense_layers": dense, "output_norm": True})
+    return out, keys | {"mlp_layer_types", "first_k_dense_replace", "moe_layer_freq", "num_mtp_layers",
+                        "num_nextn_predict_layers", "head_dim", "num_local_experts"}  # fmt: skip
+
+
 def _read_glm4_moe(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
     """GLM-4.5 / 4.6 / 4.7 and GLM-4.5-Air (``Glm4MoeForCausalLM``): grouped-query attention with q, k, v biases
     (``attention_bias``), an optional per-head q/k RMSNorm (``use_qk_norm``), and DeepSeek-V3's MoE — a dense MLP in
@@ -1316,6 +1346,7 @@ READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str
     "param2moe": _read_glm4_moe_family,
     "sarvam_moe": _read_glm4_moe_family,
     "sarvam_mla": _read_sarvam_mla,
+    "axk1": _read_axk1,
     "solar_open": _read_solar_open,
     "glm4_moe_lite": _read_glm4_moe_lite,
     "youtu": _read_youtu,

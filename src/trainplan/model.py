@@ -70,6 +70,8 @@ class MoE(BaseModel):
     # DeepSeek-V2 / V3, GLM-4.5: the router computes its logits in fp32 from an fp32 copy of the layer's input
     # (``F.linear(hidden_states.type(torch.float32), ...)``), which it keeps for its weight's gradient
     router_fp32: bool = False
+    # A.X K1: an RMSNorm of the MoE block's output (routed plus shared) inside the residual branch, on MoE layers only
+    output_norm: bool = False
     dense_layers: tuple[Annotated[int, Field(ge=0)], ...] = ()  # indices of the layers that keep a dense MLP
 
     @model_validator(mode="after")

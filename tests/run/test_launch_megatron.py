@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import write_job
 
-from trainplan.model import ModelArch
+from trainplan.model import ModelArch, MoE
 from trainplan.cli.main import main
 from trainplan.errors import SpecError
 from trainplan.run.targets import LaunchOptions, LaunchRequest, Target, prepare_launch
@@ -129,6 +129,8 @@ SMALL = {"layers": 4, "hidden": 256, "heads": 8, "kv_heads": 2, "ffn_hidden": 10
     ({"model": ModelArch(**SMALL, norm_weight=False)}, "norms have no weight"),  # nanochat
     ({"model": ModelArch(**SMALL, embedding_norm=True)}, "a norm of the embedding's output"),  # nanochat
     ({"model": ModelArch(**SMALL, attention_gate="proj")}, "a sigmoid gate on the attention output"),  # AFMoE
+    ({"model": ModelArch(**SMALL, moe=MoE(experts=4, top_k=2, expert_ffn_hidden=64, output_norm=True))},
+     "a norm of their output"),  # A.X K1
     ({"precision": Precision.BF16_PURE}, "bf16-pure has no equivalent"),
     ({"knobs": StackKnobs()}, "set knobs.selective_recompute: attention-core"),  # plain's selective keeps matmuls
     ({"strategy": Strategy.FSDP}, "pick a ddp or zero1 option"),

@@ -193,6 +193,8 @@ def _moe_block(a: ModelArch) -> tuple[int, int, int, int]:
     other = a.block_norms * _norm_params(a) + _attention_other(a, attn)
     if m.router_bias:
         other += m.experts
+    if m.output_norm:
+        other += _norm_params(a)
     if m.expert_bias:
         other += m.experts * (2 * m.expert_ffn_hidden + a.hidden)
     active = attn_w + shared_w + router_w + expert_w * m.top_k // m.experts

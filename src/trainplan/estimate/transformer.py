@@ -690,6 +690,10 @@ def kept_routed_expert_bytes(job: TransformerJob, arch: ModelArch, k: Knobs) -> 
             # torchtitan's router runs its gate in the model's dtype and up-casts the scores (moe.py
             # TokenChoiceTopKRouter); the other stacks with their own models are not read
             kept += tokens * 4 * arch.hidden
+        if arch.moe.output_norm:  # A.X K1's norm of the MoE output keeps what a block norm keeps
+            kept += tokens * norm_saved_bytes_per_token(arch.hidden, arch.norm, job.precision,
+                                                        weight_trainable=job.lora_spec is None and arch.norm_weight,
+                                                        fp32_weight=norm_fp32_weight(arch, k))  # fmt: skip
         if RecomputeModule.LAYERNORM in mods:
             # Megatron's TE layer spec fuses input_layernorm into linear_qkv and a dense layer's pre_mlp_layernorm
             # into linear_fc1 (IdentityOp, which `layernorm` skips: transformer_layer.py); an MoE layer's pre-MLP

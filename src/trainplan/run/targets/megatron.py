@@ -109,8 +109,9 @@ def check(plan: LaunchPlan) -> ModelArch:
         raise unsupported(plan, f"the model ({arch.hf_model_type}) multiplies its embedding, attention scores, residual "
                                 "branches and logits by constants of its config (Granite's muP scalars), which "
                                 "Megatron's GPT does not build")  # fmt: skip
-    if arch.moe is not None and (arch.moe.shared_gate or arch.moe.router_bias or arch.moe.expert_bias):
-        raise unsupported(plan, "the model's experts have a shared-expert gate or biases, not rendered for Megatron-LM")
+    if arch.moe is not None and (arch.moe.shared_gate or arch.moe.router_bias or arch.moe.expert_bias or arch.moe.output_norm):
+        raise unsupported(plan, "the model's experts have a shared-expert gate, biases or a norm of their output, not "
+                                "rendered for Megatron-LM")  # fmt: skip
     if arch.attention_bias == "qkvo":
         raise unsupported(plan, "the model has an output-projection bias without the MLP's, not rendered for Megatron-LM")
     return arch
