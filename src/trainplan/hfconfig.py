@@ -182,6 +182,15 @@ def _one_dropout(cfg: dict[str, Any], mt: str, *keys: str) -> float:
     return drops[keys[0]]
 
 
+def _integers(cfg: dict[str, Any], mt: str, *keys: str, minimum: int | None = None) -> None:
+    """Refuse any of ``keys`` whose value is not an integer (a bool or a null included) of at least ``minimum``."""
+    allowed = {None: "an integer", 0: "a non-negative integer", 1: "a positive integer"}[minimum]
+    for key in keys:
+        value = cfg.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or (minimum is not None and value < minimum):
+            raise ConfigRefused(f"{mt} config {key}: {allowed} is modelled (got {value!r})")
+
+
 def _dense_by_type(cfg: dict[str, Any], mt: str, layers: int, default: list[str]) -> tuple[int, ...]:
     """The dense layers of ``mlp_layer_types`` (one of dense, sparse per layer; ``default`` when left out), at least one
     layer sparse."""
@@ -426,9 +435,8 @@ def _read_exaone_moe(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[
     defaults (transformers 5.25 ``modular_exaone_moe.py``)."""
     cfg = {"num_key_value_heads": 32, "sliding_window": 4096, "sliding_window_pattern": 4, "first_k_dense_replace": 1,
            "moe_intermediate_size": 1024, "num_experts": 64, "num_experts_per_tok": 8, "num_shared_experts": 1, **cfg}  # fmt: skip
-    for key in ("first_k_dense_replace", "moe_intermediate_size", "num_experts", "num_experts_per_tok", "num_shared_experts"):
-        if not isinstance(cfg[key], int) or isinstance(cfg[key], bool) or cfg[key] < 0:
-            raise ConfigRefused(f"{mt} config {key}: one non-negative integer is modelled (got {cfg[key]!r})")
+    _integers(cfg, mt, "first_k_dense_replace", "moe_intermediate_size", "num_experts", "num_experts_per_tok",
+              "num_shared_experts", minimum=0)  # fmt: skip
     out, keys = _read_exaone4({k: v for k, v in cfg.items() if k != "mlp_layer_types"}, mt)
     out["post_norms"] = False  # OlmoeDecoderLayer: pre-norm
     n, first, fe = out["layers"], cfg["first_k_dense_replace"], cfg["moe_intermediate_size"]
@@ -822,16 +830,13 @@ def _read_afmoe(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]
     kept). Keys left out take ``AfmoeConfig``'s defaults (transformers 5.25 ``modular_afmoe.py``)."""
     cfg = {"head_dim": 128, "num_dense_layers": 1, "num_experts": 64, "num_experts_per_tok": 6, "num_shared_experts": 2,
            "moe_intermediate_size": 1408, "global_attn_every_n_layers": 4, "sliding_window": 1024, **cfg}  # fmt: skip
-    for key in ("num_dense_layers", "num_experts", "num_experts_per_tok", "num_shared_experts", "moe_intermediate_size",
-                "global_attn_every_n_layers"):  # fmt: skip
-        if not isinstance(cfg[key], int) or isinstance(cfg[key], bool):
-            raise ConfigRefused(f"{mt} config {key}: one integer is modelled (got {cfg[key]!r})")
+    _integers(cfg, mt, "num_dense_layers", "num_experts", "num_experts_per_tok", "num_shared_experts",
+              "moe_intermediate_size")  # fmt: skip
+    _integers(cfg, mt, "global_attn_every_n_layers", minimum=1)
     out = _llama_like({k: v for k, v in cfg.items() if k != "attention_bias"}, mt)
     out.update(attention_bias="qkvo" if cfg.get("attention_bias") else None, attention_gate="proj", qk_norm="head",
                block_norms=4, norm_fp32_weight=True)  # fmt: skip
     n, every = out["layers"], cfg["global_attn_every_n_layers"]
-    if every < 1:
-        raise ConfigRefused(f"{mt} config global_attn_every_n_layers: a positive integer is modelled (got {every})")
     types = cfg.get("layer_types") or ["sliding_attention" if (i + 1) % every else "full_attention" for i in range(n)]
     out.update(_sliding({**cfg, "layer_types": types}, mt, n, None))
     out["nope_layers"] = sum(t == "full_attention" for t in types)
@@ -862,9 +867,9 @@ def _read_minicpm5_moe(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], se
     _no(cfg, mt, "use_gated_attention", (None, True))
     out = _llama_like({k: v for k, v in cfg.items() if k != "attention_bias"}, mt)
     out.update(attention_bias="qkvo" if cfg.get("attention_bias") else None, attention_gate="fused")
-    n, first = out["layers"], cfg.get("first_k_dense_replace", 1)
-    if not isinstance(first, int) or isinstance(first, bool) or first < 0:
-        raise ConfigRefused(f"{mt} config first_k_dense_replace: a non-negative integer is modelled (got {first!r})")
+    cfg = {"first_k_dense_replace": 1, **cfg}
+    _integers(cfg, mt, "first_k_dense_replace", minimum=0)
+    n, first = out["layers"], cfg["first_k_dense_replace"]
     fe = cfg["moe_intermediate_size"]
     out["moe"] = MoE(experts=cfg["n_routed_experts"], top_k=cfg["num_experts_per_tok"], expert_ffn_hidden=fe,
                      shared_ffn_hidden=int(cfg["n_shared_experts"] or 0) * fe, router_fp32=True,
@@ -979,10 +984,10 @@ def _read_axk1(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
             raise ConfigRefused(f"{mt} config {key}: AXK1Config has no multi-token-prediction layer; allowed: 0")
     if not cfg.get("q_lora_rank"):
         raise ConfigRefused(f"{mt} config q_lora_rank: A.X K1's attention always compresses its queries; give the rank")
-    first, freq = cfg.get("first_k_dense_replace", 1), cfg.get("moe_layer_freq", 1)
-    for key, value in (("first_k_dense_replace", first), ("moe_layer_freq", freq)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < (0 if key == "first_k_dense_replace" else 1):
-            raise ConfigRefused(f"{mt} config {key}: {value!r} is not modelled; give an integer")
+    cfg = {"first_k_dense_replace": 1, "moe_layer_freq": 1, **cfg}
+    _integers(cfg, mt, "first_k_dense_replace", minimum=0)
+    _integers(cfg, mt, "moe_layer_freq", minimum=1)
+    first, freq = cfg["first_k_dense_replace"], cfg["moe_layer_freq"]
     n = _need(cfg, "num_hidden_layers", mt)
     dense = _dense_by_type(cfg, mt, n, ["sparse" if i >= first and i % freq == 0 else "dense" for i in range(n)])
     base = {k: v for k, v in cfg.items() if k not in ("mlp_layer_types", "first_k_dense_replace", "moe_layer_freq",
@@ -1244,16 +1249,14 @@ def _read_ernie4_5_moe(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], se
     d = {"moe_k": 6, "moe_num_experts": 64, "moe_num_shared_experts": 2, "moe_layer_start_index": 1,
          "moe_layer_end_index": -1, "moe_layer_interval": 1, "moe_intermediate_size": 1536}  # Ernie4_5_MoeConfig's
     cfg = {**d, **cfg}
-    for key in ("moe_num_experts", "moe_intermediate_size", "moe_k", "moe_layer_start_index", "moe_layer_end_index",
-                "moe_layer_interval", "moe_num_shared_experts"):  # fmt: skip
-        if not isinstance(cfg[key], int) or isinstance(cfg[key], bool):  # null: transformers' layer test cannot compare it
-            raise ConfigRefused(f"{mt} config {key}: one integer is modelled (got {cfg[key]!r})")
+    # a null: transformers' layer test cannot compare it
+    _integers(cfg, mt, "moe_num_experts", "moe_intermediate_size", "moe_k", "moe_layer_start_index", "moe_layer_end_index",
+              "moe_num_shared_experts")  # fmt: skip
+    _integers(cfg, mt, "moe_layer_interval", minimum=1)
     out = _llama_like(cfg, mt, tied_default=True)
     n = out["layers"]
     end = n - 1 if cfg["moe_layer_end_index"] == -1 else cfg["moe_layer_end_index"]
     start, step = cfg["moe_layer_start_index"], cfg["moe_layer_interval"]
-    if step < 1:
-        raise ConfigRefused(f"{mt} config moe_layer_interval: a positive integer is modelled (got {step})")
     dense = tuple(i for i in range(n) if not ((i + 1) % step == 0 and start <= i <= end))
     fe = cfg["moe_intermediate_size"]
     out["moe"] = MoE(experts=cfg["moe_num_experts"], top_k=cfg["moe_k"], expert_ffn_hidden=fe,
