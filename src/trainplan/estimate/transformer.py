@@ -248,9 +248,13 @@ def _attention_output_copy(job: TransformerJob, arch: ModelArch, k: Knobs) -> bo
     (``bitsandbytes/autograd/_functions.py``: ``ctx.tensors = (A, B)``) — QLoRA outside torchtune, whose torchao
     ``linear_nf4`` keeps only the weight.
     """
-    if job.flash_attention is not FlashAttention.AUTO or k.compile or k.stack is Stack.LLM_FOUNDRY:
-        return False
-    return _projection_keeps_input(job, arch, k)
+    return _kernel_output_copied(job, k) and _projection_keeps_input(job, arch, k)
+
+
+def _kernel_output_copied(job: TransformerJob, k: Knobs) -> bool:
+    """Whether the fused attention kernel's output is copied into a contiguous tensor for the output projection
+    (:func:`_attention_output_copy`): PyTorch SDPA, not compiled, not llm-foundry's own attention."""
+    return job.flash_attention is FlashAttention.AUTO and not k.compile and k.stack is not Stack.LLM_FOUNDRY
 
 
 def _projection_keeps_input(job: TransformerJob, arch: ModelArch, k: Knobs) -> bool:
@@ -282,7 +286,7 @@ def _attention_widths(job: TransformerJob, arch: ModelArch, k: Knobs) -> dict[st
         cropped = m.qk_head_dim != m.v_head_dim and not k.compile and _projection_keeps_input(job, arch, k)
         return {"v_dim": n * m.qk_head_dim, "out_dim": n * m.qk_head_dim, "copy_dim": n * m.v_head_dim,
                 "attention_output_copy": cropped}  # fmt: skip
-    return {"v_dim": 0, "out_dim": n * m.v_head_dim, "attention_output_copy": copy}
+    return {"v_dim": 0, "out_dim": arch_mod.attention_output_dim(arch), "attention_output_copy": copy}
 
 
 def _layer_bytes(job: TransformerJob, arch: ModelArch, k: Knobs, ffn_hidden: int) -> float:
@@ -509,9 +513,7 @@ def attention_gate_bytes_per_token(job: TransformerJob, arch: ModelArch, k: Knob
     e, gate, out = job.precision.compute_bytes, arch_mod.attention_inner_dim(arch), arch_mod.attention_output_dim(arch)
     if k.compile:
         return e * gate
-    copied = job.flash_attention is FlashAttention.AUTO and k.stack is not Stack.LLM_FOUNDRY
-    keeps = _projection_keeps_input(job, arch, k)
-    return e * gate + (e * out if keeps or copied else 0.0)
+    return e * gate + (e * out if _projection_keeps_input(job, arch, k) or _kernel_output_copied(job, k) else 0.0)
 
 
 def mla_latent_bytes_per_token(arch: ModelArch, precision: Precision, *, trainable: bool = True,
