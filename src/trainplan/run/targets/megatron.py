@@ -206,9 +206,10 @@ def config_arguments(plan: LaunchPlan, arch: ModelArch) -> tuple[list[str], list
 
 #: families whose router scores experts with a sigmoid plus a score-correction bias (DeepSeek-V3's auxiliary-loss-free
 #: balancing), where Megatron's default router takes a softmax (transformers 5.25 modeling: ``router_logits.sigmoid()``
-#: and ``e_score_correction_bias`` in each family's router, GLM-4.5's for Param2 and Sarvam)
-_SIGMOID_ROUTED = ("deepseek_v3", "sarvam_mla", "glm4_moe", "glm4_moe_lite", "param2moe", "sarvam_moe", "dots1",
-                   "solar_open", "minimax_m2")
+#: and ``e_score_correction_bias`` in each family's router, GLM-4.5's for Param2 and Sarvam; A.X K1, MiniCPM5-MoE,
+#: K-EXAONE and Kolibri 1 are refused before this for their attention or norms, and listed for what their router is)
+_SIGMOID_ROUTED = ("deepseek_v3", "sarvam_mla", "axk1", "glm4_moe", "glm4_moe_lite", "param2moe", "sarvam_moe", "dots1",
+                   "solar_open", "minimax_m2", "minicpm5_moe", "exaone_moe", "kolibri1")
 #: what ``norm_topk_prob`` defaults to where a family's softmax router reads it (transformers 5.25 config classes)
 _NORM_TOPK_DEFAULT = {"qwen3_moe": False, "qwen2_moe": False, "olmoe": False, "mellum": True}
 
