@@ -150,6 +150,17 @@ VARIANTS = [
     {"model_type": "sarvam_mla", **TINY, "num_key_value_heads": 4, "num_experts": 4, "num_shared_experts": 2,
      "num_experts_per_tok": 2, "moe_intermediate_size": 16, "kv_lora_rank": 16, "qk_nope_head_dim": 8,
      "qk_rope_head_dim": 4, "v_head_dim": 12, "q_head_dim": 12, "head_dim": 20, "n_group": 1, "topk_group": 1},
+    {"model_type": "deepseek_v32", **TINY, "num_key_value_heads": 4, "n_routed_experts": 4, "n_shared_experts": 1,
+     "num_experts_per_tok": 2, "n_group": 1, "topk_group": 1, "moe_intermediate_size": 16, "q_lora_rank": 24,
+     "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 12, "index_n_heads": 2,
+     "index_head_dim": 8, "index_topk": 16, "mlp_layer_types": ["dense", "sparse", "dense", "sparse"]},
+    {"model_type": "glm_moe_dsa", **TINY, "num_key_value_heads": 4, "n_routed_experts": 4, "n_shared_experts": 2,
+     "num_experts_per_tok": 2, "moe_intermediate_size": 16, "q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 8,
+     "qk_rope_head_dim": 4, "v_head_dim": 12, "index_n_heads": 3, "index_head_dim": 8, "index_topk": 16,
+     "first_k_dense_replace": 1, "indexer_types": ["full", "shared", "full", "shared"]},
+    {"model_type": "glm_moe_dsa", **TINY, "num_key_value_heads": 4, "n_routed_experts": 4, "num_experts_per_tok": 2,
+     "moe_intermediate_size": 16, "q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4,
+     "v_head_dim": 12, "index_n_heads": 2, "index_head_dim": 4, "index_topk_freq": 2, "index_skip_topk_offset": 1},
 ]
 
 
@@ -901,3 +912,4 @@ def test_smollm3_nope_layers_keep_what_llama_keeps() -> None:
     smol = {"model_type": "smollm3", **shape, "no_rope_layer_interval": 2}
     assert arch_from_hf_config(smol).nope_layers == 2
     assert _saved_by_loss_step(smol) == _saved_by_loss_step({"model_type": "llama", **shape})
+

@@ -18,7 +18,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from trainplan.model import MLA, ModelArch, MoE
+from trainplan.model import MLA, Indexer, ModelArch, MoE
 
 
 class ConfigRefused(ValueError):
@@ -999,6 +999,87 @@ def _read_axk1(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
                         "num_nextn_predict_layers", "head_dim", "num_local_experts"}  # fmt: skip
 
 
+#: the keys DeepSeek-V3.2's and GLM-5's config classes default (transformers 5.25 ``configuration_deepseek_v32.py``,
+#: ``configuration_glm_moe_dsa.py``), which a config.json may leave out
+_DSA_DEFAULTS = {
+    "deepseek_v32": {"vocab_size": 129280, "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+                     "num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": 128,
+                     "n_shared_experts": 1, "n_routed_experts": 256, "kv_lora_rank": 512, "q_lora_rank": 1536,
+                     "qk_rope_head_dim": 64, "v_head_dim": 128, "qk_nope_head_dim": 128, "num_experts_per_tok": 8,
+                     "index_topk": 2048, "index_head_dim": 128, "index_n_heads": 64, "first_k_dense_replace": 3},
+    "glm_moe_dsa": {"vocab_size": 154880, "hidden_size": 6144, "intermediate_size": 12288, "moe_intermediate_size": 2048,
+                    "num_hidden_layers": 78, "num_attention_heads": 64, "num_key_value_heads": 64,
+                    "n_shared_experts": 1, "n_routed_experts": 256, "kv_lora_rank": 512, "q_lora_rank": 2048,
+                    "qk_rope_head_dim": 64, "v_head_dim": 256, "qk_nope_head_dim": 192, "num_experts_per_tok": 8,
+                    "index_topk": 2048, "index_head_dim": 128, "index_n_heads": 32, "first_k_dense_replace": 3},
+}  # fmt: skip
+
+
+def _glm_dsa_indexer_types(cfg: dict[str, Any], mt: str, layers: int) -> list[str]:
+    """GLM-5's per-layer indexer modes (``GlmMoeDsaConfig.__post_init__``): ``indexer_types`` as given, else the
+    ``index_topk_pattern`` (a string of F / S or a list), else a full indexer every ``index_topk_freq`` layers counted
+    from ``index_skip_topk_offset`` (1 and 2 by default: every layer full)."""
+    types = cfg.get("indexer_types")
+    pattern = cfg.get("index_topk_pattern")
+    if types is None and pattern is not None:
+        if isinstance(pattern, str) and set(pattern) <= {"F", "S"}:
+            types = [{"F": "full", "S": "shared"}[c] for c in pattern]
+        elif isinstance(pattern, list):
+            types = list(pattern)
+        else:
+            raise ConfigRefused(f"{mt} config index_topk_pattern: a string of F and S, or a list of full / shared, is modelled")
+    if types is None:
+        cfg = {"index_topk_freq": 1, "index_skip_topk_offset": 2, **cfg}
+        _integers(cfg, mt, "index_topk_freq", "index_skip_topk_offset", minimum=0)
+        freq, offset = max(cfg["index_topk_freq"], 1), cfg["index_skip_topk_offset"]
+        types = ["full" if max(i - offset + 1, 0) % freq == 0 else "shared" for i in range(layers)]
+    if len(types) != layers or any(t not in ("full", "shared") for t in types):
+        raise ConfigRefused(f"{mt} config indexer_types: one of full, shared per layer ({layers}) is modelled")
+    if types[0] != "full":
+        raise ConfigRefused(f"{mt} config indexer_types: the first layer must run its own indexer (full); a shared layer "
+                            "reuses the choice of a full one before it")  # fmt: skip
+    return types
+
+
+def _read_dsa(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
+    """DeepSeek-V3.2 (``deepseek_v32``) and GLM-5 (``glm_moe_dsa``): DeepSeek-V3's multi-head latent attention and MoE
+    with DeepSeek Sparse Attention — a lightning indexer in each layer scores every earlier token and the attention
+    reads the ``index_topk`` best (DeepSeek-V3.2-Exp report, Sec. 2.1; ``ModelArch.indexer``); GLM-5's layers may
+    reuse the previous full layer's choice (``indexer_types`` shared: no indexer of their own). Dense and MoE layers by
+    ``mlp_layer_types`` (by default the first ``first_k_dense_replace`` dense); every layer's attention indexed
+    (``layer_types``: indexed_attention). Keys left out take the config class's defaults (transformers 5.25); a
+    multi-token-prediction layer (``num_nextn_predict_layers``, not built by transformers) is counted as
+    DeepSeek-V3's, without an indexer of its own."""
+    cfg = _renamed(cfg, mt, {"num_local_experts": "n_routed_experts", "num_experts": "n_routed_experts"})
+    cfg = {**_DSA_DEFAULTS[mt], **cfg}
+    _integers(cfg, mt, "index_n_heads", "index_head_dim", "index_topk", minimum=1)
+    _integers(cfg, mt, "first_k_dense_replace", minimum=0)
+    n = _need(cfg, "num_hidden_layers", mt)
+    if any(t != "indexed_attention" for t in cfg.get("layer_types") or ["indexed_attention"]) or len(
+            cfg.get("layer_types") or [None] * n) != n:  # fmt: skip
+        raise ConfigRefused(f"{mt} config layer_types: indexed_attention on every layer ({n}) is modelled")
+    first = min(cfg["first_k_dense_replace"], n)
+    dense = _dense_by_type(cfg, mt, n, ["dense"] * first + ["sparse"] * (n - first))
+    shared = 0
+    if mt == "glm_moe_dsa":
+        shared = _glm_dsa_indexer_types(cfg, mt, n).count("shared")
+    elif cfg.get("indexer_types") is not None:
+        raise ConfigRefused(f"{mt} config indexer_types: DeepSeek-V3.2 runs an indexer on every layer; remove the key")
+    if not cfg.get("q_lora_rank"):
+        raise ConfigRefused(f"{mt} config q_lora_rank: the indexer reads the compressed query; give the rank")
+    base = {k: v for k, v in cfg.items() if k not in _DSA_ONLY_KEYS}
+    out, keys = _read_deepseek({**base, "first_k_dense_replace": 0}, mt)
+    assert out["moe"] is not None
+    out["moe"] = out["moe"].model_copy(update={"dense_layers": dense})
+    out["indexer"] = Indexer(heads=cfg["index_n_heads"], head_dim=cfg["index_head_dim"], topk=cfg["index_topk"],
+                             layers=n - shared if shared else None)  # fmt: skip
+    return out, keys | _DSA_ONLY_KEYS | {"num_local_experts", "num_experts"}
+
+
+_DSA_ONLY_KEYS = {"index_topk", "index_head_dim", "index_n_heads", "mlp_layer_types", "layer_types", "indexer_types",
+                  "index_topk_pattern", "index_topk_freq", "index_skip_topk_offset"}
+
+
 def _read_glm4_moe(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
     """GLM-4.5 / 4.6 / 4.7 and GLM-4.5-Air (``Glm4MoeForCausalLM``): grouped-query attention with q, k, v biases
     (``attention_bias``), an optional per-head q/k RMSNorm (``use_qk_norm``), and DeepSeek-V3's MoE — a dense MLP in
@@ -1344,6 +1425,8 @@ READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str
     "flex_olmo": _read_flex_olmo,
     "deepseek_v2": _read_deepseek,
     "deepseek_v3": _read_deepseek,
+    "deepseek_v32": _read_dsa,
+    "glm_moe_dsa": _read_dsa,
     "gpt_oss": _read_gpt_oss,
     "glm4_moe": _read_glm4_moe,
     "param2moe": _read_glm4_moe_family,
@@ -1366,6 +1449,7 @@ LEGACY_TYPES = ("gpt2", "opt", "bert", "t5")
 
 # Multimodal wrappers whose language model is one of the families above.
 MULTIMODAL = {"gemma3": "gemma3_text", "mistral3": "mistral' or 'ministral3", "qwen2_5_vl": "qwen2", "llava": "llama"}
+
 
 SUPPORTED_TYPES = tuple(sorted((*READERS, *LEGACY_TYPES)))
 

@@ -100,6 +100,21 @@ class MLA(BaseModel):
         return self.qk_nope_head_dim + self.qk_rope_head_dim
 
 
+class Indexer(BaseModel):
+    """DeepSeek Sparse Attention's lightning indexer (DeepSeek-V3.2-Exp report, Sec. 2.1; transformers 5.25
+    ``DeepseekV32Indexer``): per token, ``heads`` small query heads of ``head_dim`` from MLA's compressed query, one key
+    of ``head_dim`` and a weight per head from the block input score every earlier token; the ``topk`` best are the keys
+    the layer's attention may read. ``layers``: the layers that run an indexer of their own (GLM-5's ``indexer_types``
+    lets a layer reuse the previous one's choice); None: every layer."""
+
+    model_config = STRICT
+
+    heads: PositiveInt
+    head_dim: PositiveInt
+    topk: PositiveInt
+    layers: PositiveInt | None = None
+
+
 class ModelArch(BaseModel):
     """A transformer architecture, given inline or read from a preset."""
 
@@ -162,6 +177,7 @@ class ModelArch(BaseModel):
     attention_softcap: PositiveFloat | None = None  # Gemma 2: scores = cap · tanh(scores / cap) before the softmax
     moe: MoE | None = None
     mla: MLA | None = None
+    indexer: Indexer | None = None  # DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): MLA whose keys a lightning indexer picks
     mtp_layers: Annotated[int, Field(ge=0)] = 0  # DeepSeek-V3 / GLM-4.5 multi-token-prediction modules (not built by transformers)
     hf_model_type: str | None = None  # the Hugging Face family the architecture was read from
     hf_source: str | None = None  # that config.json (JSON text): what trace and run build, for the 2024-2026 families
@@ -195,6 +211,14 @@ class ModelArch(BaseModel):
                 raise ValueError(f"moe.dense_layers: layer {bad[0]} does not exist (layers: {self.layers})")
         if self.mtp_layers and self.moe is None:
             raise ValueError("mtp_layers is modelled for mixture-of-experts models only (DeepSeek-V3, GLM-4.5)")
+        if self.indexer is not None:
+            if self.mla is None or self.mla.q_lora_rank is None:
+                raise ValueError("indexer reads MLA's compressed query: it needs mla with a q_lora_rank")
+            if self.indexer.head_dim < self.mla.qk_rope_head_dim:
+                raise ValueError(f"indexer.head_dim ({self.indexer.head_dim}) must hold the rotary part "
+                                 f"(mla.qk_rope_head_dim {self.mla.qk_rope_head_dim})")
+            if (self.indexer.layers or 0) > self.layers:
+                raise ValueError(f"indexer.layers ({self.indexer.layers}) must not exceed layers ({self.layers})")
         return self
 
     @property
@@ -207,9 +231,14 @@ class ModelArch(BaseModel):
         return self.layers - self.moe_layers
 
     @property
+    def indexer_layers(self) -> int:
+        """Layers that run a lightning indexer of their own (DeepSeek Sparse Attention); 0 without one."""
+        return 0 if self.indexer is None else self.indexer.layers or self.layers
+
+    @property
     def features(self) -> list[str]:
         """The fields set beyond the Llama / GPT-2 / BERT / T5 shapes that :func:`hf_config` can write back."""
-        names = ("moe", "mla", "attention_bias", "qk_norm", "attention_sinks", "attention_gate", "block_norms", "sliding_layers",
+        names = ("moe", "mla", "indexer", "attention_bias", "qk_norm", "attention_sinks", "attention_gate", "block_norms", "sliding_layers",
                  "norm_fp32_weight", "post_norms", "norm_bias", "norm_python", "norm_weight", "embedding_norm",
                  "final_logit_softcap", "attention_softcap", "mtp_layers", "nope_layers")  # fmt: skip
         fields = type(self).model_fields

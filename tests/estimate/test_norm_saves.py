@@ -261,6 +261,14 @@ FAMILIES = {
     "sarvam_mla": {"num_key_value_heads": 4, "num_experts": 4, "num_experts_per_tok": 2, "n_group": 1, "topk_group": 1,
                    "moe_intermediate_size": 16, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4,
                    "v_head_dim": 12},
+    "deepseek_v32": {"num_key_value_heads": 4, "n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2,
+                     "n_group": 1, "topk_group": 1, "moe_intermediate_size": 16, "first_k_dense_replace": 1, "q_lora_rank": 24,
+                     "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 12,
+                     "index_n_heads": 2, "index_head_dim": 8, "index_topk": 32},
+    "glm_moe_dsa": {"num_key_value_heads": 4, "n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2,
+                    "moe_intermediate_size": 16, "first_k_dense_replace": 1, "q_lora_rank": 24, "kv_lora_rank": 16,
+                    "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 12, "index_n_heads": 2,
+                    "index_head_dim": 8, "index_topk": 32, "indexer_types": ["full", "shared", "full", "shared"]},
 }  # fmt: skip
 
 
@@ -295,8 +303,9 @@ def _unexplained_per_token(cfg: dict) -> float:
     *The attention output twice*) — e·q a token and layer, added to the measurement here."""
     def kept(batch: int) -> int:
         # GLM-4.5's router breaks score ties differently from one identical run to the next, and the expert dispatch's
-        # index buffers then vary by up to 2 KB: an MoE step is read as the most it keeps over three runs
-        runs = 3 if any(k in cfg for k in ("n_routed_experts", "num_experts", "num_local_experts")) else 1
+        # index buffers then vary by up to 2 KB (DeepSeek-V3.2 and GLM-5 by up to 4 KB): an MoE step is read as the
+        # most it keeps over five runs
+        runs = 5 if any(k in cfg for k in ("n_routed_experts", "num_experts", "num_local_experts")) else 1
         return max(_saved_by_loss_step(cfg, batch=batch) for _ in range(runs))
 
     measured = kept(4) - kept(2)

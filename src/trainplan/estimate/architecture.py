@@ -166,6 +166,27 @@ def _attention_other(a: ModelArch, shapes: dict[str, tuple[int, int]]) -> int:
     return n
 
 
+def indexer_shapes(a: ModelArch) -> dict[str, tuple[int, int]]:
+    """(in, out) of the lightning indexer's linear layers (transformers 5.25 ``DeepseekV32Indexer``, also GLM-5's):
+    ``wq_b`` from MLA's compressed query to heads × head_dim, ``wk`` one key from the block input, ``weights_proj`` a
+    weight per head from the block input; empty without DeepSeek Sparse Attention."""
+    if a.indexer is None:
+        return {}
+    assert a.mla is not None and a.mla.q_lora_rank is not None
+    x = a.indexer
+    return {"wq_b": (a.mla.q_lora_rank, x.heads * x.head_dim), "wk": (a.hidden, x.head_dim),
+            "weights_proj": (a.hidden, x.heads)}  # fmt: skip
+
+
+def indexer_params(a: ModelArch) -> tuple[int, int]:
+    """(linear weights, other) of all the model's indexers: its linear layers and the LayerNorm of its key (weight and
+    bias, ``nn.LayerNorm(head_dim)``), on every layer that runs one of its own."""
+    if a.indexer is None:
+        return 0, 0
+    linear = sum(i * o for i, o in indexer_shapes(a).values())
+    return a.indexer_layers * linear, a.indexer_layers * 2 * a.indexer.head_dim
+
+
 def _dense_block(a: ModelArch, *, cross_attention: bool = False) -> tuple[int, int]:
     """(linear weights, other) of one block with a dense MLP."""
     attn = attention_shapes(a)
@@ -239,6 +260,11 @@ def param_counts(a: ModelArch, seq_len: int | None = None) -> ParamCounts:
                 block_other += a.mtp_layers * mtp_other
                 routed += a.mtp_layers * experts
                 active += a.mtp_layers * (2 * a.hidden * a.hidden + act + a.vocab * a.hidden)
+        # DeepSeek Sparse Attention's indexers (transformers runs them without gradients: forward FLOPs only, counted
+        # by transformer.indexer_forward_flops, not among the matmul weights a token's training step multiplies)
+        idx_linear, idx_other = indexer_params(a)
+        block_linear += idx_linear
+        block_other += idx_other
         # a decoder ends in a final norm; an encoder (BERT) has an embedding LayerNorm
         # of the same size instead, and no vocabulary projection.
         block_other += norm_params

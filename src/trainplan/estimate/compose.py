@@ -181,7 +181,9 @@ def parallel_step_memory(job: TorchJob | TransformerJob, profile: StepProfile, h
         local = load.dense_params + load.expert_params
         share = local / max(1, p.total)
         autocast = profile.memory.autocast_copies * share if engine is Engine.TORCH else 0.0
-        forward_temporaries = autocast + buffers[0]
+        # the profile's own forward temporaries (DeepSeek Sparse Attention's indexer scores: each rank's queries, s / cp
+        # of them, against every key)
+        forward_temporaries = autocast + buffers[0] + profile.memory.forward_temporaries / layout.cp
         optimizer_temporaries = 0.0 if engine is Engine.DEEPSPEED else (
             profile.memory.optimizer_temporaries * share / (shard_over if strategy.shards_optimizer else 1))
         buckets = ddp_bucket_bytes(strategy, local * gradient_bytes_per_param(job.precision, engine), layout.data_parallel)

@@ -53,6 +53,10 @@ class KernelSplit:
     # in eager PyTorch on a GPU; XLA (TPU) fuses them into their consumers
     amp_forward: float = 0.0
     amp_backward: float = 0.0
+    # matmuls of fp32 operands outside autocast (DeepSeek Sparse Attention's indexer scores under bf16-pure): the plain
+    # fp32 units, in forward / in backward (a full-checkpointing recompute); in the FLOPs above, not in the bytes
+    fp32_forward: float = 0.0
+    fp32_backward: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -172,6 +176,8 @@ def training_step_flops(
     selective_matmul_params: float | None = None,
     core_recomputed: bool = True,
     module_recompute_params: float = 0.0,
+    forward_only: tuple[float, float] = (0.0, 0.0),
+    fused_attention: bool | None = None,
 ) -> StepFlops:
     """Forward, backward and recomputation FLOPs of one micro-batch of ``tokens``.
 
@@ -192,22 +198,30 @@ def training_step_flops(
     the weights of the checkpointed modules' matmuls (transformer.module_recomputed_params), run forward again.
     ``recompute_share``: full checkpointing on that share of the blocks only (knobs.checkpoint_fraction) runs that
     share of the blocks' forward again, with its memory-bound ops, fused attention, FP8 GEMMs and casts.
+    ``forward_only``: (FLOPs, of them on the fp32 units) of work run without gradients — DeepSeek Sparse Attention's
+    indexer (transformer.indexer_forward_flops) —: in forward, and again in a full-checkpointing recompute.
+    ``fused_attention``: the attention runs a fused kernel (priced at its own rate, recomputing in its backward);
+    by default where it is a causal one — a kernel given a mask (DeepSeek Sparse Attention's) is fused without
+    skipping the blocks above the diagonal.
     """
     mm = matmul_flops_forward(matmul_params, tokens)
     attn = attention_flops_forward(layers=layers, seq_len=seq_len, attn_dim=attn_dim, tokens=tokens)
     skipped = kernel_recompute = 0.0
     attn_backward = 2.0 * attn
+    kernel = causal_fused_attention if fused_attention is None else fused_attention
     if causal_fused_attention:
         # A fused causal kernel skips the blocks above the diagonal: it executes half the
         # attention FLOPs (Dao 2023, "FlashAttention-2", Sec. 3.1.1).  MFU keeps the
         # conventional full count (PaLM App. B) through `causal_skipped`.
         attn = attn / 2
         skipped = 3 * attn
+    if kernel:
         attn_backward = FUSED_ATTENTION_BACKWARD_RATIO * attn
         kernel_recompute = attn_backward - 2.0 * attn
     adapters = matmul_flops_forward(adapter_params, tokens)
     frozen_mm = matmul_flops_forward(matmul_params - trainable_matmul_params, tokens)
-    forward = mm + attn + adapters
+    no_grad, no_grad_fp32 = forward_only
+    forward = mm + attn + adapters + no_grad
     backward = 2.0 * (mm - frozen_mm) + frozen_mm + attn_backward + 2.0 * adapters
     # full checkpointing on a share of the blocks (knobs.checkpoint_fraction) recomputes that share of them
     full = recompute_share if checkpointing is Checkpointing.FULL else 0.0
@@ -222,7 +236,7 @@ def training_step_flops(
         recompute = 0.0
     split = None
     if block_bytes_per_token > 0:
-        fused = attn if causal_fused_attention else 0.0
+        fused = attn if kernel else 0.0
         bytes_fwd = block_bytes_per_token * layers * tokens
         bytes_bwd = MEMORY_BOUND_BACKWARD_RATIO * bytes_fwd
         pytorch_selective = checkpointing is Checkpointing.SELECTIVE and selective_matmul_params is not None
@@ -238,6 +252,7 @@ def training_step_flops(
         split = KernelSplit(attention_forward=fused,
                             attention_backward=(attn_backward if fused else 0.0) + recomputed_attn,
                             bytes_forward=bytes_fwd + cast_f, bytes_backward=bytes_bwd + cast_b,
-                            fp8_forward=fp8_fwd, fp8_backward=fp8_bwd, amp_forward=amp_f, amp_backward=amp_b)  # fmt: skip
+                            fp8_forward=fp8_fwd, fp8_backward=fp8_bwd, amp_forward=amp_f, amp_backward=amp_b,
+                            fp32_forward=no_grad_fp32, fp32_backward=no_grad_fp32 * full)  # fmt: skip
     return StepFlops(forward=forward, backward=backward, recompute=recompute, causal_skipped=skipped,
                      kernel_recompute=kernel_recompute, split=split)  # fmt: skip

@@ -164,9 +164,15 @@ def step_time(
         # parameters in their 16-bit param_dtype (torch.distributed.fsdp MixedPrecision / MixedPrecisionPolicy), so
         # only the local shard is cast, once per gather
         eager = acc.kind == "gpu" and strategy.engine is Engine.TORCH
-        t_fwd = ((flops_forward - a_f - f8_f) / (peak * e_mm) + (f8_f / (peak8 * e_mm) if f8_f else 0.0)
+        # fp32 matmuls outside autocast (the indexer's scores under bf16-pure) on the plain fp32 units, or at the TF32
+        # peak where the job turns TF32 on (knobs.tf32_matmul); the same GEMM efficiency
+        peak32 = (acc.peak_tflops("fp32") if tf32_matmul else acc.peak_fp32_tflops) or 0.0
+        f32_f, f32_b = (split.fp32_forward, split.fp32_backward) if peak32 > 0 and dtype != "fp32" else (0.0, 0.0)
+        slow_f = f32_f / (peak32 * 1e12 * e_mm) if f32_f else 0.0
+        slow_b = f32_b / (peak32 * 1e12 * e_mm) if f32_b else 0.0
+        t_fwd = ((flops_forward - a_f - f8_f - f32_f) / (peak * e_mm) + (f8_f / (peak8 * e_mm) if f8_f else 0.0) + slow_f
                  + a_f / (peak * e_attn) + (split.bytes_forward + (split.amp_forward if eager else 0.0)) / bw)  # fmt: skip
-        t_bwd = ((flops_backward - a_b - f8_b) / (peak * e_mm) + (f8_b / (peak8 * e_mm) if f8_b else 0.0)
+        t_bwd = ((flops_backward - a_b - f8_b - f32_b) / (peak * e_mm) + (f8_b / (peak8 * e_mm) if f8_b else 0.0) + slow_b
                  + a_b / (peak * e_attn) + (split.bytes_backward + (split.amp_backward if eager else 0.0)) / bw)  # fmt: skip
     reason = None
     try:
@@ -258,7 +264,7 @@ def parallel_step_time(
     if split is not None:
         kernels = KernelSplit(*(getattr(split, f) * scale for f in (
             "attention_forward", "attention_backward", "bytes_forward", "bytes_backward", "fp8_forward", "fp8_backward",
-            "amp_forward", "amp_backward")))
+            "amp_forward", "amp_backward", "fp32_forward", "fp32_backward")))
     base = step_time(hw=dp_hw, strategy=strategy, catalog=catalog, precision=precision, optimizer=optimizer,
                      micro_steps=1 if once else micro_steps, flops_forward=scale * flops_forward,
                      flops_backward=scale * flops_backward, flops_model=scale * flops_model,

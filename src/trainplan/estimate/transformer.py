@@ -89,6 +89,8 @@ def resolve_transformer(job: TransformerJob, catalog: Catalog | None = None) -> 
     if k.moe_fused_activation:
         _check_fused_activation(job, arch, k)
     _check_recompute_modules(job, arch)
+    if arch.indexer is not None:
+        _check_indexer(job, k)
     if job.lora_spec is not None and job.lora_spec.dropout > 0 and (k.compile or k.fused_kernels is not FusedKernels.NONE
                                                                     or arch.gelu_python):
         raise SpecError("is modelled for eager PEFT and torchtune LoRA layers; with compile, fused kernels or a Python "
@@ -339,7 +341,52 @@ def layer_split(job: TransformerJob, arch: ModelArch, k: Knobs, ffn_hidden: int)
         split=split,
     )
     replicated, sharded = split[0]
-    return replicated + extra, sharded + qk_norms
+    return replicated + extra + tokens * sparse_mask_bytes_per_token(job, arch), sharded + qk_norms
+
+
+def sparse_mask_bytes_per_token(job: TransformerJob, arch: ModelArch) -> float:
+    """What DeepSeek Sparse Attention's mask adds to a block through SDPA: transformers (5.25 ``DeepseekV32Attention``,
+    GLM-5's likewise) turns the indexer's top-k choice into a boolean mask of every query against every key
+    ([batch, 1, s, s]) and passes it to ``scaled_dot_product_attention``, which converts it to an additive mask of the
+    query's dtype and keeps that for backward (the CUDA memory-efficient kernel's ``attn_bias``; the CPU kernel's
+    ``attn_mask``: measured with saved-tensor hooks, ``tests/estimate/test_norm_saves.py``) — e·s bytes a token on every
+    layer, shared by the heads. Eager attention adds the mask to its scores and keeps nothing of it; 0 without an
+    indexer."""
+    if arch.indexer is None or not _flash(job, arch):
+        return 0.0
+    return float(job.precision.compute_bytes * job.seq_len)
+
+
+def _score_bytes(job: TransformerJob) -> int:
+    """Bytes of an element of the indexer's scores: its operands are cast to fp32 (``q.float()``, ``k.float()``) and
+    autocast runs the matmul in the 16-bit type again; without autocast (bf16-pure, fp32) the scores are fp32."""
+    return 2 if job.precision.mixed else 4
+
+
+def indexer_transient_bytes(job: TransformerJob, arch: ModelArch) -> float:
+    """The forward pass's peak beyond what it keeps, in a layer that runs DeepSeek Sparse Attention's indexer
+    (transformers 5.25 ``DeepseekV32Indexer.forward``, under ``torch.no_grad``): the scores of every query head against
+    every key, [batch, s, heads, s], then their scaled copy and its ReLU, two of them alive at once; plus the boolean
+    causal mask the model builds once for the forward pass (``allow_is_causal_skip=False``, [batch, 1, s, s]). 0
+    without an indexer."""
+    if arch.indexer is None:
+        return 0.0
+    pairs = job.micro_batch * job.seq_len * job.seq_len
+    return float(2 * _score_bytes(job) * arch.indexer.heads * pairs + pairs)
+
+
+def indexer_forward_flops(job: TransformerJob, arch: ModelArch) -> tuple[float, float]:
+    """(FLOPs, of them on fp32 units) of DeepSeek Sparse Attention's indexers in one micro-batch's forward pass: their
+    projections (2 a weight a token) and, per layer, every query head against every key (2·s²·heads·head_dim a sequence:
+    the full square, the causal mask is applied after) and the weighted sum over heads (2·s²·heads). Run without
+    gradients, so no backward; the scores on the fp32 units where no autocast casts their fp32 operands down (bf16-pure;
+    fp32 precision prices everything there already)."""
+    if arch.indexer is None:
+        return 0.0, 0.0
+    x, tokens = arch.indexer, job.seq_len * job.micro_batch
+    projections = 2.0 * tokens * arch.indexer_layers * sum(i * o for i, o in arch_mod.indexer_shapes(arch).values())
+    scores = 2.0 * tokens * job.seq_len * x.heads * (x.head_dim + 1) * arch.indexer_layers
+    return projections + scores, scores if _score_bytes(job) == 4 else 0.0
 
 
 def _saved_kv_dim(arch: ModelArch, k: Knobs, *, eager: bool = False) -> float:
@@ -395,6 +442,31 @@ def _check_fused_activation(job: TransformerJob, arch: ModelArch, k: Knobs) -> N
     if k.moe_fp32_combine:
         raise SpecError("applies the routing weight inside the activation; knobs.moe_fp32_combine (torchtitan's) "
                         "applies it after the experts — set one of them", field=field)  # fmt: skip
+
+
+def _check_indexer(job: TransformerJob, k: Knobs) -> None:
+    """DeepSeek Sparse Attention is estimated as transformers' modeling code runs it eagerly through SDPA or eager
+    attention (:func:`indexer_transient_bytes`, :func:`sparse_mask_bytes_per_token`): ``flash_attention: true`` hands the
+    indexer's choice to a sparse kernel (``indices``) whose saves were not read, a compiled step fuses the indexer's
+    scores, a selective-checkpointing policy would keep them, and the stacks with model code of their own have no
+    indexer."""
+    if job.flash_attention is FlashAttention.TRUE:
+        raise SpecError("true: transformers hands DeepSeek Sparse Attention's top-k choice to a sparse kernel (indices), "
+                        "whose memory trainplan does not estimate; allowed for this model: auto (SDPA with the sparse "
+                        "mask), false (eager attention)", field="flash_attention")  # fmt: skip
+    if job.activation_checkpointing is Checkpointing.SELECTIVE:
+        # torch.utils.checkpoint's selective mode caches the outputs its policy saves whatever the grad mode, so the
+        # indexer's matmul outputs (s x s scores a head) would be kept to the backward pass; not measured
+        raise SpecError("selective: a selective policy would keep the outputs of DeepSeek Sparse Attention's indexer "
+                        "matmuls (its s x s scores a head) to the backward pass, which has not been measured; allowed "
+                        "for this model: none, full", field="activation_checkpointing")  # fmt: skip
+    if k.compile:
+        raise SpecError("true: what a compiled step keeps of DeepSeek Sparse Attention's indexer (its s x s scores a "
+                        "head, fused) has not been measured; allowed for this model: false", field="knobs.compile")  # fmt: skip
+    if k.stack in _OWN_MODEL_STACKS:
+        raise SpecError(f"{job.stack.value} trains its own model code, which has no DeepSeek Sparse Attention indexer; "
+                        "allowed for this model: a stack that runs transformers' modeling code (plain, hf-trainer, "
+                        "accelerate, deepspeed, lightning)", field="stack")  # fmt: skip
 
 
 def _check_recompute_modules(job: TransformerJob, arch: ModelArch) -> None:
@@ -983,7 +1055,9 @@ def transformer_profile(job: TransformerJob, catalog: Catalog | None = None, *, 
         checkpointing=job.activation_checkpointing,
         recompute_share=recompute_share(job, arch, knobs),
         lm_head_params=arch.vocab * arch.hidden if arch.has_lm_head else 0,
-        causal_fused_attention=_flash(job, arch) and arch.arch == "decoder",
+        # a mask in hand (DeepSeek Sparse Attention's) leaves SDPA's fused kernel no causal blocks to skip
+        causal_fused_attention=_flash(job, arch) and arch.arch == "decoder" and arch.indexer is None,
+        fused_attention=_flash(job, arch) and arch.arch == "decoder",
         block_bytes_per_token=memory_bound_bytes_per_token(arch, job.precision, seq_len=job.seq_len,
                                                            eager_attention=not _flash(job, arch),
                                                            fp32_softmax=_fp32_scores(job, arch, knobs)),  # fmt: skip
@@ -993,6 +1067,7 @@ def transformer_profile(job: TransformerJob, catalog: Catalog | None = None, *, 
         selective_matmul_params=selective_recomputed_params(job, arch, knobs),
         core_recomputed=RecomputeModule.CORE_ATTN in knobs.recompute_modules,
         module_recompute_params=module_recomputed_params(job, arch, knobs),
+        forward_only=indexer_forward_flops(job, arch),
     )
     # AMP autocast caches a 16-bit copy of every fp32 matmul weight it casts (torch.amp docs); frozen
     # LoRA/QLoRA bases are stored in 16 (or 4) bits already, so only full training makes them.
@@ -1030,7 +1105,8 @@ def transformer_profile(job: TransformerJob, catalog: Catalog | None = None, *, 
             activations=device_acts,
             autocast_copies=autocast,
             optimizer_temporaries=foreach,
-            forward_temporaries=dequantized_weight_bytes(largest_linear) if job.method is Method.QLORA else 0.0,
+            forward_temporaries=(dequantized_weight_bytes(largest_linear) if job.method is Method.QLORA else 0.0)
+            + indexer_transient_bytes(job, arch),
             host_activations=host_acts,
             transient_gradients=knobs.optimizer_in_backward,
             pageable_optimizer_state=knobs.paged_optimizer,
