@@ -164,7 +164,23 @@ VARIANTS = [
 ]
 
 
+# Kimi K2's released text config (transformers ships no kimi_k2 class; it builds as DeepSeek-V3): the shape Moonshot's
+# configs state, as quoted in public code read via the search tool 2026-12-07 (a Kimi K2.6 text config: 61 layers,
+# hidden 7168, 64 heads, q / kv ranks 1536 / 512, 128 + 64 q/k and 128 v head dims, 384 routed experts of 2048, 8 a
+# token, one shared, vocabulary 163,840; its sigmoid noaux_tc router with scale 2.827; Miles' Kimi K2 page: FFN 18,432,
+# one dense layer)
+KIMI_K2 = {"model_type": "kimi_k2", "architectures": ["DeepseekV3ForCausalLM"], "vocab_size": 163840, "hidden_size": 7168,
+           "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_hidden_layers": 61, "num_attention_heads": 64,
+           "num_key_value_heads": 64, "n_shared_experts": 1, "n_routed_experts": 384, "routed_scaling_factor": 2.827,
+           "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "v_head_dim": 128, "qk_nope_head_dim": 128,
+           "topk_method": "noaux_tc", "scoring_func": "sigmoid", "n_group": 1, "topk_group": 1, "num_experts_per_tok": 8,
+           "moe_layer_freq": 1, "first_k_dense_replace": 1, "norm_topk_prob": True, "num_nextn_predict_layers": 0,
+           "max_position_embeddings": 262144, "rope_theta": 50000.0, "rms_norm_eps": 1e-5, "tie_word_embeddings": False}  # fmt: skip
+
+
 def _default(mt: str) -> dict:
+    if mt == "kimi_k2":
+        return dict(KIMI_K2)
     cfg = transformers.AutoConfig.for_model(mt).to_dict()
     if mt == "deepseek_v2":  # its default leaves top-k unset; DeepSeek-V2's published config routes to 6
         cfg["num_experts_per_tok"] = 6
@@ -913,3 +929,19 @@ def test_smollm3_nope_layers_keep_what_llama_keeps() -> None:
     assert arch_from_hf_config(smol).nope_layers == 2
     assert _saved_by_loss_step(smol) == _saved_by_loss_step({"model_type": "llama", **shape})
 
+
+def test_kimi_k2_reads_as_the_deepseek_v3_it_is_built_as() -> None:
+    """Kimi K2's config.json names model_type kimi_k2, which transformers does not ship, for a model DeepSeek-V3's class
+    builds exactly (Moonshot's deployment guide): read with DeepSeek-V3's reader, cross-checked, traced and run as
+    deepseek_v3; its 1.03T parameters and 32.9B a token (matmul weights and embedding) against the published "1
+    trillion total, 32 billion activated". Kimi K2.5's multimodal config points at its text config."""
+    from trainplan.model import hf_config
+
+    arch = arch_from_hf_config(KIMI_K2)
+    counts = param_counts(arch)
+    assert arch.hf_model_type == "kimi_k2" and arch.moe is not None and arch.moe.experts == 384
+    assert cross_check(arch, KIMI_K2) == counts.total == 1_026_408_209_408
+    assert round((counts.matmul_per_token + counts.embedding) / 1e9, 1) == 32.9
+    assert hf_config(arch)["model_type"] == "deepseek_v3"
+    with pytest.raises(ConfigRefused, match="text_config .*kimi_k2"):
+        arch_from_hf_config({"model_type": "kimi_k25", "text_config": KIMI_K2})

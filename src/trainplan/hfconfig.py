@@ -1425,6 +1425,7 @@ READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str
     "flex_olmo": _read_flex_olmo,
     "deepseek_v2": _read_deepseek,
     "deepseek_v3": _read_deepseek,
+    "kimi_k2": _read_deepseek,
     "deepseek_v32": _read_dsa,
     "glm_moe_dsa": _read_dsa,
     "gpt_oss": _read_gpt_oss,
@@ -1448,8 +1449,21 @@ READERS: dict[str, Callable[[dict[str, Any], str], tuple[dict[str, Any], set[str
 LEGACY_TYPES = ("gpt2", "opt", "bert", "t5")
 
 # Multimodal wrappers whose language model is one of the families above.
-MULTIMODAL = {"gemma3": "gemma3_text", "mistral3": "mistral' or 'ministral3", "qwen2_5_vl": "qwen2", "llava": "llama"}
+MULTIMODAL = {"gemma3": "gemma3_text", "mistral3": "mistral' or 'ministral3", "qwen2_5_vl": "qwen2", "llava": "llama",
+              "kimi_k25": "kimi_k2"}
 
+# model types whose config.json names a family transformers does not ship, for a model a shipped class builds exactly:
+# Moonshot AI's Kimi K2 "reuses DeepSeekV3CausalLM's architecture" and sets model_type kimi_k2 only so that inference
+# engines can tell it apart ("you can change model_type in config.json to deepseek_v3": MoonshotAI/Kimi-K2
+# docs/deploy_guidance.md, read via the search tool 2026-12-07; its config.json's architectures: DeepseekV3ForCausalLM).
+# Read with that family's reader; the cross-check, the trace and `trainplan run` build it as that family.
+BUILT_AS = {"kimi_k2": "deepseek_v3"}
+
+
+def buildable(cfg: dict[str, Any]) -> dict[str, Any]:
+    """``cfg`` with the model_type transformers builds it as (:data:`BUILT_AS`); unchanged for every other family."""
+    mt = str(cfg.get("model_type", "")).lower()
+    return {**cfg, "model_type": BUILT_AS[mt]} if mt in BUILT_AS else cfg
 
 SUPPORTED_TYPES = tuple(sorted((*READERS, *LEGACY_TYPES)))
 

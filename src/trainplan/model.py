@@ -282,11 +282,12 @@ class UnsupportedArchitecture(ValueError):
 
 
 def source_config(arch: ModelArch) -> dict[str, Any]:
-    """The config ``arch`` was read from, if ``arch`` is still exactly what it says; an architecture changed after
-    reading (``model_copy(update=...)``) no longer matches its source and is refused."""
+    """The config ``arch`` was read from, if ``arch`` is still exactly what it says, with the model_type transformers
+    builds it as (``hfconfig.BUILT_AS``: Kimi K2's is DeepSeek-V3's); an architecture changed after reading
+    (``model_copy(update=...)``) no longer matches its source and is refused."""
     import json
 
-    from trainplan.hfconfig import arch_from_hf_config
+    from trainplan.hfconfig import arch_from_hf_config, buildable
 
     assert arch.hf_source is not None
     cfg: dict[str, Any] = json.loads(arch.hf_source)
@@ -297,7 +298,7 @@ def source_config(arch: ModelArch) -> dict[str, Any]:
             f"this {arch.hf_model_type} architecture was changed after it was read from its config, so that config "
             "no longer builds it; give the changed config.json instead"
         )
-    return cfg
+    return buildable(cfg)
 
 
 def hf_model_type(arch: ModelArch) -> str:

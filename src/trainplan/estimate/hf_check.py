@@ -22,7 +22,7 @@ from typing import Any
 
 from trainplan.estimate.architecture import param_counts
 from trainplan.files import trainplan_home, write_json_atomic
-from trainplan.hfconfig import ConfigRefused, arch_from_hf_config
+from trainplan.hfconfig import ConfigRefused, arch_from_hf_config, buildable
 from trainplan.model import ModelArch
 
 
@@ -91,8 +91,8 @@ def transformers_param_count(cfg: dict[str, Any]) -> int | None:
     version = _transformers_version()
     if version is None:
         return None
-    keep = {k: v for k, v in cfg.items() if k not in ("architectures", "auto_map", "quantization_config",
-                                                      "_name_or_path", "transformers_version")}  # fmt: skip
+    keep = {k: v for k, v in buildable(cfg).items() if k not in ("architectures", "auto_map", "quantization_config",
+                                                                 "_name_or_path", "transformers_version")}  # fmt: skip
     key = hashlib.sha256(f"{version}\n{json.dumps(keep, sort_keys=True, default=str)}".encode()).hexdigest()
     store = trainplan_home() / CACHE_NAME
     try:
