@@ -245,3 +245,27 @@ def test_mlp_targets_on_a_mixture_of_experts_adapt_every_expert_and_are_refused(
     attention = parse_job({"kind": "transformer", "model": model, "seq_len": 64, "micro_batch": 2, "steps": 1,
                            "method": "lora", "lora": {"targets": ["q_proj", "v_proj"]}})  # fmt: skip
     assert transformer_profile(attention).memory.activations > 0
+
+
+def test_all_linear_on_latent_attention_is_refused_where_its_adapters_are_not_counted() -> None:
+    """On a multi-head latent attention model (MiniCPM3: h 256, query and key-value ranks 96 / 64) ``all-linear``
+    adapts the latent projections too, each keeping its own copies for its adapter: measured, a block keeps more than
+    the formulas count for it (which would be a wrong "fits"), so it is refused naming ``lora.targets``; the output
+    projection and the MLP's, which can be named, are counted on the safe side (within 5% above)."""
+    from trainplan.errors import SpecError
+    from trainplan.estimate.transformer import transformer_profile
+    from trainplan.hfconfig import arch_from_hf_config
+    from trainplan.spec import parse_job
+
+    cfg = {**bench.CONFIG, "model_type": "minicpm3", "num_key_value_heads": 8, "q_lora_rank": 96, "kv_lora_rank": 64,
+           "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 24, "pad_token_id": 0}  # fmt: skip
+    assert bench.measured("all-linear", fp32_adapters=True, config=cfg) > 1.1 * bench.predicted(["all-linear"], config=cfg)
+    for targets in (["o_proj"], ["gate_proj", "up_proj", "down_proj"]):
+        measured, predicted = bench.measured(targets, fp32_adapters=True, config=cfg), bench.predicted(targets, config=cfg)
+        assert measured <= predicted <= 1.05 * measured
+    model = arch_from_hf_config({**cfg, "num_hidden_layers": 4}).model_dump(exclude_none=True)
+    job = parse_job({"kind": "transformer", "model": model, "seq_len": 64, "micro_batch": 2, "steps": 1,
+                     "method": "lora", "lora": {"targets": ["all-linear"]}})  # fmt: skip
+    with pytest.raises(SpecError, match="latent projections") as err:
+        transformer_profile(job)
+    assert err.value.field == "lora.targets" and "o_proj" in str(err.value) and "\n" not in str(err.value)

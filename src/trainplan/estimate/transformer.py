@@ -108,6 +108,7 @@ def resolve_transformer(job: TransformerJob, catalog: Catalog | None = None) -> 
         trainable_matmul = float(counts.matmul_per_token)
     else:
         check_moe_lora_targets(arch, lora)
+        _check_mla_lora_targets(arch, lora)
         adapters = arch_mod.lora_params(arch, lora)
         if adapters == 0:
             names = sorted(arch_mod.linear_shapes(arch))
@@ -427,6 +428,24 @@ def check_moe_lora_targets(arch: ModelArch, lora: LoraSpec) -> None:
                         "transformers 5 wraps the experts' stacked weights and keeps a merged copy of them per layer "
                         "for backward), which trainplan does not estimate; target the attention: q_proj, k_proj, "
                         "v_proj, o_proj", field="lora.targets")  # fmt: skip
+
+
+def _check_mla_lora_targets(arch: ModelArch, lora: LoraSpec) -> None:
+    """``all-linear`` on a multi-head latent attention model adapts its latent projections (``q_a_proj``, ``q_b_proj``,
+    ``kv_a_proj_with_mqa``, ``kv_b_proj``), each keeping its own input copies for its adapter, which the formulas do
+    not count: measured with PEFT on a small MiniCPM3 (h 256, ranks 96 / 64; ``benchmarks/lora_saved_bytes.py``
+    ``measured``), all-linear keeps 15,408 bytes a token and block against the 12,944 counted (−16%). Refused; the
+    attention's output projection and the MLP's are counted (o_proj within +4%, conservative), and ``--trace``
+    traces the real adapters."""
+    if arch.mla is not None and "all-linear" in lora.targets:
+        named = sorted(n for n in arch_mod.linear_shapes(arch) if n in _LORA_TARGET_NAMES)
+        raise SpecError("all-linear on a multi-head latent attention model adapts its latent projections (q_a_proj, "
+                        "q_b_proj, kv_a_proj_with_mqa, kv_b_proj), whose saves trainplan does not estimate; name the "
+                        f"targets: {', '.join(named)}", field="lora.targets")  # fmt: skip
+
+
+#: the LoRA target names a job may give (spec.LoraSpec), all-linear aside
+_LORA_TARGET_NAMES = frozenset({"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"})
 
 
 def _check_fused_activation(job: TransformerJob, arch: ModelArch, k: Knobs) -> None:
