@@ -239,7 +239,9 @@ class LoraSpec(BaseModel):
     @field_validator("targets")
     @classmethod
     def _known_targets(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        allowed = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "all-linear"}
+        # multi-head latent attention's projections (DeepSeek-V2 / V3, MiniCPM3 …) by their transformers names too
+        allowed = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "q_a_proj", "q_b_proj",
+                   "kv_a_proj_with_mqa", "kv_b_proj", "all-linear"}
         bad = [t for t in v if t not in allowed]
         if bad:
             raise ValueError(f"unknown target {bad[0]!r}; allowed: {', '.join(sorted(allowed))}")

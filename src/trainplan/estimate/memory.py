@@ -312,6 +312,10 @@ class LoraSaves:
     # per token: what a fused-QKV adapter keeps of its own output (LitGPT's LoRAQKVLinear keeps lora_B's output,
     # as wide as the adapted q / k / v together, for its zero_pad); 0 for one adapter per projection
     qkv_out_bytes: float = 0.0
+    # multi-head latent attention's up-projections that are adapted (q_b_proj, kv_b_proj): the width of each one's
+    # input, the normalised latent, which only its adapter reads (its q_a_proj and kv_a_proj_with_mqa read the block's
+    # normalised input and count among ``qkv``)
+    latent_widths: tuple[int, ...] = ()
     DROPOUT_MASK_BYTES: ClassVar[float] = 1.0
 
     def own_bytes(self, e: float) -> float:
@@ -325,7 +329,13 @@ class LoraSaves:
 
     @property
     def adapted(self) -> int:
-        return self.qkv + int(self.o) + self.gate_up + int(self.down)
+        return self.qkv + int(self.o) + self.gate_up + int(self.down) + len(self.latent_widths)
+
+    def latent_bytes(self, e: float) -> float:
+        """Per token: what the adapters of the latent up-projections keep of their inputs (each its own reader); a
+        4-bit up-projection keeps its 16-bit input anyway (counted with the latents)."""
+        alone = self.shares_input(1) and not self.base_keeps_inputs
+        return sum(((e if alone else 0.0) + self.own_bytes(e)) * w for w in self.latent_widths)
 
 
 def layer_activation_bytes(
@@ -472,7 +482,7 @@ def layer_activation_bytes(
         own = lora.own_bytes(e)
         qkv_input = (e * hidden if lora.shares_input(lora.qkv) else 0.0) + lora.qkv * own * hidden
         mlp_input = (e * hidden if lora.shares_input(lora.gate_up) else 0.0) + lora.gate_up * own * hidden
-        attn_linear += qkv_input - e * hidden
+        attn_linear += qkv_input - e * hidden + lora.latent_bytes(e)
         if lora.o and own:  # o_proj's lora_A keeps its own copy; the 16-bit one only a 4-bit o_proj keeps
             attn_linear += own * copy_dim - (e * copy_dim if attention_output_copy and not lora.base_keeps_inputs else 0.0)
         product = (e if lora.shares_input(int(lora.down)) else 0.0) + (own if lora.down else 0.0)

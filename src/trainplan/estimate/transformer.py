@@ -108,7 +108,6 @@ def resolve_transformer(job: TransformerJob, catalog: Catalog | None = None) -> 
         trainable_matmul = float(counts.matmul_per_token)
     else:
         check_moe_lora_targets(arch, lora)
-        _check_mla_lora_targets(arch, lora)
         adapters = arch_mod.lora_params(arch, lora)
         if adapters == 0:
             names = sorted(arch_mod.linear_shapes(arch))
@@ -260,11 +259,16 @@ def _kernel_output_copied(job: TransformerJob, k: Knobs) -> bool:
     return job.flash_attention is FlashAttention.AUTO and not k.compile and k.stack is not Stack.LLM_FOUNDRY
 
 
+def _bitsandbytes(job: TransformerJob, k: Knobs) -> bool:
+    """Whether the frozen base is bitsandbytes' 4-bit layers, whose ``MatMul4Bit`` keeps its input whenever either
+    operand needs a gradient (QLoRA but under torchtune, whose ``linear_nf4`` keeps only the weight)."""
+    return job.method is Method.QLORA and k.stack is not Stack.TORCHTUNE
+
+
 def _projection_keeps_input(job: TransformerJob, arch: ModelArch, k: Knobs) -> bool:
     """Whether the output projection keeps its input (:func:`_attention_output_copy`)."""
     lora = job.lora_spec
-    bitsandbytes = job.method is Method.QLORA and k.stack is not Stack.TORCHTUNE
-    return lora is None or bitsandbytes or "o_proj" in arch_mod.lora_targets(arch, lora)
+    return lora is None or _bitsandbytes(job, k) or "o_proj" in arch_mod.lora_targets(arch, lora)
 
 
 def _attention_widths(job: TransformerJob, arch: ModelArch, k: Knobs) -> dict[str, Any]:
@@ -304,7 +308,9 @@ def layer_split(job: TransformerJob, arch: ModelArch, k: Knobs, ffn_hidden: int)
     tokens, fp32_weight = job.seq_len * job.micro_batch, norm_fp32_weight(arch, k)
     trainable = job.lora_spec is None and arch.norm_weight  # a weightless norm keeps what a frozen one keeps
     fused_norms = norm_is_fused(arch.norm, compiled=k.compile, fused_kernels=k.fused_kernels)
-    extra = tokens * (mla_latent_bytes_per_token(arch, job.precision, trainable=trainable, compiled=fused_norms)
+    frozen_up = job.lora_spec is not None and not _bitsandbytes(job, k)  # a 4-bit up-projection keeps its input
+    extra = tokens * (mla_latent_bytes_per_token(arch, job.precision, trainable=trainable, compiled=fused_norms,
+                                                 frozen_up=frozen_up)
                       + block_norm_extra_bytes_per_token(arch, job.precision, trainable=trainable, fp32_weight=fp32_weight))
     if _keeps_matmul_outputs(job, k):
         replicated, sharded = _selective_split(job, arch, k, ffn_hidden)
@@ -406,6 +412,9 @@ def _saved_kv_dim(arch: ModelArch, k: Knobs, *, eager: bool = False) -> float:
     return q if k.expanded_kv or eager else kv
 
 
+#: the attention projections a LoRA job may name (spec.LoraSpec), latent attention's included
+_LORA_NAMES = ("q_proj", "k_proj", "v_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj")
+
 #: the MLP projections' names: on a mixture-of-experts model they name the routed experts' weights too
 _MLP_TARGETS = frozenset({"gate_proj", "up_proj", "down_proj"})
 
@@ -426,26 +435,9 @@ def check_moe_lora_targets(arch: ModelArch, lora: LoraSpec) -> None:
     if named:
         raise SpecError(f"{', '.join(named)} on a mixture-of-experts model adapts every routed expert (PEFT on "
                         "transformers 5 wraps the experts' stacked weights and keeps a merged copy of them per layer "
-                        "for backward), which trainplan does not estimate; target the attention: q_proj, k_proj, "
-                        "v_proj, o_proj", field="lora.targets")  # fmt: skip
-
-
-def _check_mla_lora_targets(arch: ModelArch, lora: LoraSpec) -> None:
-    """``all-linear`` on a multi-head latent attention model adapts its latent projections (``q_a_proj``, ``q_b_proj``,
-    ``kv_a_proj_with_mqa``, ``kv_b_proj``), each keeping its own input copies for its adapter, which the formulas do
-    not count: measured with PEFT on a small MiniCPM3 (h 256, ranks 96 / 64; ``benchmarks/lora_saved_bytes.py``
-    ``measured``), all-linear keeps 15,408 bytes a token and block against the 12,944 counted (−16%). Refused; the
-    attention's output projection and the MLP's are counted (o_proj within +4%, conservative), and ``--trace``
-    traces the real adapters."""
-    if arch.mla is not None and "all-linear" in lora.targets:
-        named = sorted(n for n in arch_mod.linear_shapes(arch) if n in _LORA_TARGET_NAMES)
-        raise SpecError("all-linear on a multi-head latent attention model adapts its latent projections (q_a_proj, "
-                        "q_b_proj, kv_a_proj_with_mqa, kv_b_proj), whose saves trainplan does not estimate; name the "
-                        f"targets: {', '.join(named)}", field="lora.targets")  # fmt: skip
-
-
-#: the LoRA target names a job may give (spec.LoraSpec), all-linear aside
-_LORA_TARGET_NAMES = frozenset({"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"})
+                        "for backward), which trainplan does not estimate; target the attention: "
+                        f"{', '.join(n for n in arch_mod.attention_shapes(arch) if n in _LORA_NAMES)}",
+                        field="lora.targets")  # fmt: skip
 
 
 def _check_fused_activation(job: TransformerJob, arch: ModelArch, k: Knobs) -> None:
@@ -575,7 +567,7 @@ def _lora_saves(job: TransformerJob, arch: ModelArch, k: Knobs) -> LoraSaves | N
     if job.lora_spec is None or k.lora_layers == "own":
         return None
     adapted = arch_mod.lora_targets(arch, job.lora_spec)
-    bnb = job.method is Method.QLORA and k.stack is not Stack.TORCHTUNE  # torchtune's linear_nf4 keeps only the weight
+    bnb = _bitsandbytes(job, k)
     fp32_adapters = k.lora_fp32_adapters and job.precision is not Precision.FP32
     e = job.precision.compute_bytes
     copy = (4.0 if not job.precision.mixed else e) if fp32_adapters else 0.0
@@ -583,7 +575,11 @@ def _lora_saves(job: TransformerJob, arch: ModelArch, k: Knobs) -> LoraSaves | N
     # its zero_pad to the fused width (index_copy_) — which it skips when all three are adapted
     qkv = [o for n, (_, o) in adapted.items() if n in ("q_proj", "k_proj", "v_proj")]
     fused_out = e * sum(qkv) if k.lora_layers == "litgpt" and 0 < len(qkv) < 3 else 0.0
-    return LoraSaves(qkv=sum(n in adapted for n in ("q_proj", "k_proj", "v_proj")), o="o_proj" in adapted,
+    # multi-head latent attention: q_a_proj and kv_a_proj_with_mqa read the block's normalised input as q, k, v do; the
+    # up-projections their own latents (measured with PEFT on a small MiniCPM3: tests/estimate/test_lora_saves.py)
+    readers = ("q_proj", "k_proj", "v_proj", "q_a_proj", "kv_a_proj_with_mqa")
+    latents = tuple(adapted[n][0] for n in ("q_b_proj", "kv_b_proj") if n in adapted)
+    return LoraSaves(qkv=sum(n in adapted for n in readers), o="o_proj" in adapted, latent_widths=latents,
                      gate_up=sum(n in adapted for n in ("gate_proj", "up_proj")), down="down_proj" in adapted,
                      rank=job.lora_spec.rank, input_copy_bytes=copy, adapter_out_bytes=4.0 if fp32_adapters else e,
                      base_keeps_inputs=bnb, dropout=job.lora_spec.dropout > 0, qkv_out_bytes=fused_out)  # fmt: skip
@@ -608,20 +604,25 @@ def attention_gate_bytes_per_token(job: TransformerJob, arch: ModelArch, k: Knob
 
 
 def mla_latent_bytes_per_token(arch: ModelArch, precision: Precision, *, trainable: bool = True,
-                               compiled: bool = False) -> float:  # fmt: skip
+                               compiled: bool = False, frozen_up: bool = False) -> float:  # fmt: skip
     """What MLA keeps beyond a standard attention's Q, K, V (transformers ``DeepseekV3Attention``): for the low-rank
     query and key-value latents, what their RMSNorms keep (``q_a_layernorm``, ``kv_a_layernorm``: the fp32 copy of
     the latent, its rstd and, training, the normalised tensor — :func:`memory.norm_saved_bytes_per_token`) and the
     normalised latent the up-projection keeps (e bytes); the rotary key slice before and after rotation (2e); and
     kv_b_proj's output before it is split into the no-rope key and the value (e).  Measured against a Llama of one
     shape with saved-tensor hooks (``tests/estimate/test_norm_saves.py``): until 2026-12-07 the latents were counted
-    at 2e (before and after the norm), 4 bytes short of the 8 a bf16 norm and projection keep."""
+    at 2e (before and after the norm), 4 bytes short of the 8 a bf16 norm and projection keep.  A frozen 16-bit block
+    (``frozen_up``: LoRA) keeps neither the normalised latents (its up-projections take no weight gradient) nor the
+    rotary key slices: measured with PEFT on a small MiniCPM3 at three sets of ranks, e·(q_lora_rank + kv_lora_rank +
+    2·qk_rope_head_dim) a token less (``tests/estimate/test_lora_saves.py``); a 4-bit one (QLoRA through bitsandbytes)
+    keeps them, as counted for a trainable block (not measured apart)."""
     if arch.mla is None:
         return 0.0
     m, e = arch.mla, precision.compute_bytes
+    kept = 0.0 if frozen_up else e
     normed = sum(norm_saved_bytes_per_token(rank, arch.norm, precision, compiled=compiled, weight_trainable=trainable)
-                 + e * rank for rank in (m.q_lora_rank or 0, m.kv_lora_rank) if rank)  # fmt: skip
-    return normed + e * (2 * m.qk_rope_head_dim + arch.heads * (m.qk_nope_head_dim + m.v_head_dim))
+                 + kept * rank for rank in (m.q_lora_rank or 0, m.kv_lora_rank) if rank)  # fmt: skip
+    return normed + kept * 2 * m.qk_rope_head_dim + e * arch.heads * (m.qk_nope_head_dim + m.v_head_dim)
 
 
 #: Stacks that train their own model code rather than transformers' modeling files: what a family's transformers class
