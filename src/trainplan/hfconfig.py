@@ -1055,8 +1055,8 @@ def _read_dsa(cfg: dict[str, Any], mt: str) -> tuple[dict[str, Any], set[str]]:
     _integers(cfg, mt, "index_n_heads", "index_head_dim", "index_topk", minimum=1)
     _integers(cfg, mt, "first_k_dense_replace", minimum=0)
     n = _need(cfg, "num_hidden_layers", mt)
-    if any(t != "indexed_attention" for t in cfg.get("layer_types") or ["indexed_attention"]) or len(
-            cfg.get("layer_types") or [None] * n) != n:  # fmt: skip
+    types = cfg.get("layer_types") or ["indexed_attention"] * n
+    if len(types) != n or set(types) != {"indexed_attention"}:
         raise ConfigRefused(f"{mt} config layer_types: indexed_attention on every layer ({n}) is modelled")
     first = min(cfg["first_k_dense_replace"], n)
     dense = _dense_by_type(cfg, mt, n, ["dense"] * first + ["sparse"] * (n - first))
@@ -1464,6 +1464,7 @@ def buildable(cfg: dict[str, Any]) -> dict[str, Any]:
     """``cfg`` with the model_type transformers builds it as (:data:`BUILT_AS`); unchanged for every other family."""
     mt = str(cfg.get("model_type", "")).lower()
     return {**cfg, "model_type": BUILT_AS[mt]} if mt in BUILT_AS else cfg
+
 
 SUPPORTED_TYPES = tuple(sorted((*READERS, *LEGACY_TYPES)))
 

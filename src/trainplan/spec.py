@@ -228,6 +228,12 @@ class Cloud(str, Enum):
 _STRICT = STRICT
 
 
+#: the attention projections a LoRA job may name, by their transformers module names — multi-head latent attention's
+#: (DeepSeek-V2 / V3, MiniCPM3 …) included — and the MLP's
+LORA_ATTENTION_TARGETS = ("q_proj", "k_proj", "v_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj")
+LORA_MLP_TARGETS = ("gate_proj", "up_proj", "down_proj")
+
+
 class LoraSpec(BaseModel):
     model_config = _STRICT
     rank: PositiveInt = 8
@@ -239,9 +245,7 @@ class LoraSpec(BaseModel):
     @field_validator("targets")
     @classmethod
     def _known_targets(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        # multi-head latent attention's projections (DeepSeek-V2 / V3, MiniCPM3 …) by their transformers names too
-        allowed = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "q_a_proj", "q_b_proj",
-                   "kv_a_proj_with_mqa", "kv_b_proj", "all-linear"}
+        allowed = {*LORA_ATTENTION_TARGETS, *LORA_MLP_TARGETS, "all-linear"}
         bad = [t for t in v if t not in allowed]
         if bad:
             raise ValueError(f"unknown target {bad[0]!r}; allowed: {', '.join(sorted(allowed))}")

@@ -49,8 +49,7 @@ def test_the_indexer_scores_are_the_forward_peak_the_trace_sees(precision: str) 
     one shape are :func:`indexer_forward_flops`, exactly."""
     four, eight = (_trace({**TINY, "index_n_heads": h}, precision) for h in (4, 8))
     assert four.peak_phase == eight.peak_phase == "forward"
-    job4, arch4 = _job({**TINY, "first_k_dense_replace": 1, "n_routed_experts": 4, "num_experts_per_tok": 2,
-                        "moe_intermediate_size": 16, "index_n_heads": 4}, precision=precision)  # fmt: skip
+    job4, arch4 = _job(MOE, precision=precision)  # TINY's 4 indexer heads
     job8, arch8 = _job({**MOE, "index_n_heads": 8}, precision=precision)
     predicted = indexer_transient_bytes(job8, arch8) - indexer_transient_bytes(job4, arch4)
     assert predicted == 2 * (2 if precision == "bf16" else 4) * 4 * 512 * 512

@@ -38,8 +38,8 @@ from trainplan.estimate.stack import Knobs, effective_knobs
 from trainplan.estimate.steptime import matmul_efficiency
 from trainplan.model import ModelArch
 from trainplan.errors import SpecError
-from trainplan.spec import (Checkpointing, FlashAttention, FusedKernels, LoraSpec, Method, Optimizer, Precision, RecomputeModule,
-                            SelectiveRecompute, Stack, TransformerJob)  # fmt: skip
+from trainplan.spec import (LORA_ATTENTION_TARGETS, LORA_MLP_TARGETS, Checkpointing, FlashAttention, FusedKernels, LoraSpec,
+                            Method, Optimizer, Precision, RecomputeModule, SelectiveRecompute, Stack, TransformerJob)  # fmt: skip
 from trainplan.strategies import Strategy
 
 __all__ = ["TransformerModel", "activation_bytes", "check_moe_lora_targets", "estimate_transformer", "matmul_efficiency",
@@ -412,11 +412,8 @@ def _saved_kv_dim(arch: ModelArch, k: Knobs, *, eager: bool = False) -> float:
     return q if k.expanded_kv or eager else kv
 
 
-#: the attention projections a LoRA job may name (spec.LoraSpec), latent attention's included
-_LORA_NAMES = ("q_proj", "k_proj", "v_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj")
-
 #: the MLP projections' names: on a mixture-of-experts model they name the routed experts' weights too
-_MLP_TARGETS = frozenset({"gate_proj", "up_proj", "down_proj"})
+_MLP_TARGETS = frozenset(LORA_MLP_TARGETS)
 
 
 def check_moe_lora_targets(arch: ModelArch, lora: LoraSpec) -> None:
@@ -436,7 +433,7 @@ def check_moe_lora_targets(arch: ModelArch, lora: LoraSpec) -> None:
         raise SpecError(f"{', '.join(named)} on a mixture-of-experts model adapts every routed expert (PEFT on "
                         "transformers 5 wraps the experts' stacked weights and keeps a merged copy of them per layer "
                         "for backward), which trainplan does not estimate; target the attention: "
-                        f"{', '.join(n for n in arch_mod.attention_shapes(arch) if n in _LORA_NAMES)}",
+                        f"{', '.join(n for n in arch_mod.attention_shapes(arch) if n in LORA_ATTENTION_TARGETS)}",
                         field="lora.targets")  # fmt: skip
 
 
