@@ -945,3 +945,25 @@ def test_kimi_k2_reads_as_the_deepseek_v3_it_is_built_as() -> None:
     assert hf_config(arch)["model_type"] == "deepseek_v3"
     with pytest.raises(ConfigRefused, match="text_config .*kimi_k2"):
         arch_from_hf_config({"model_type": "kimi_k25", "text_config": KIMI_K2})
+
+
+@pytest.mark.parametrize(("changes", "needle"), [
+    ({"model_type": "deepseek_v32", "layer_types": ["sliding_attention"] * 61}, "layer_types"),
+    ({"model_type": "deepseek_v32", "layer_types": ["indexed_attention"] * 60}, "layer_types"),
+    ({"model_type": "deepseek_v32", "indexer_types": ["full"] * 61}, "indexer_types"),
+    ({"model_type": "deepseek_v32", "q_lora_rank": None}, "q_lora_rank"),
+    ({"model_type": "deepseek_v32", "index_n_heads": 0}, "index_n_heads"),
+    ({"model_type": "deepseek_v32", "index_topk": "2048"}, "index_topk"),
+    ({"model_type": "glm_moe_dsa", "indexer_types": ["shared"] + ["full"] * 77}, "indexer_types"),
+    ({"model_type": "glm_moe_dsa", "indexer_types": ["full", "sparse"] + ["full"] * 76}, "indexer_types"),
+    ({"model_type": "glm_moe_dsa", "index_topk_pattern": "FX"}, "index_topk_pattern"),
+    ({"model_type": "glm_moe_dsa", "index_topk_freq": -1}, "index_topk_freq"),
+    ({"model_type": "glm_moe_dsa", "index_topk_pattern": "F" * 10}, "indexer_types"),
+])  # fmt: skip
+def test_deepseek_sparse_attention_configs_it_cannot_read_are_refused_in_one_line(changes: dict, needle: str) -> None:
+    """DeepSeek-V3.2's and GLM-5's readers refuse, naming the key, what they do not model: a layer that is not indexed,
+    per-layer indexer modes on DeepSeek-V3.2, a first layer without its own indexer, an indexer without the compressed
+    query it reads, indexer sizes that are not positive integers, a pattern that is not F / S or not one per layer."""
+    with pytest.raises(ConfigRefused) as err:
+        arch_from_hf_config(changes)
+    assert needle in str(err.value) and "\n" not in str(err.value)
